@@ -1,0 +1,92 @@
+"""Perception primitives: measured device busy fraction and latency variation.
+
+Pure and clock-injected: every method takes ``now_s`` (seconds on the caller's monotonic
+clock) instead of reading a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+
+class BusyTracker:
+    """Fraction of the last ``window_s`` seconds during which the executor was busy.
+
+    Where there is no NVML this *is* the utilisation signal: the share of wall time the
+    device (or the in-process executor) spent running batches.
+    """
+
+    def __init__(self, window_s: float):
+        if window_s <= 0:
+            raise ValueError(f"window_s must be positive, got {window_s!r}")
+        self.window_s = window_s
+        self._intervals: deque[tuple[float, float]] = deque()
+        self._busy_since: float | None = None
+
+    def start(self, now_s: float) -> None:
+        self._busy_since = now_s
+
+    def stop(self, now_s: float) -> None:
+        if self._busy_since is not None:
+            self._intervals.append((self._busy_since, now_s))
+            self._busy_since = None
+        self._expire(now_s)
+
+    def record(self, start_s: float, end_s: float) -> None:
+        """Add one finished busy interval."""
+        self._intervals.append((start_s, end_s))
+        self._expire(end_s)
+
+    def _expire(self, now_s: float) -> None:
+        horizon = now_s - self.window_s
+        while self._intervals and self._intervals[0][1] <= horizon:
+            self._intervals.popleft()
+
+    def utilization(self, now_s: float) -> float:
+        """Busy fraction in [0, 1] over (now - window, now]."""
+        self._expire(now_s)
+        horizon = now_s - self.window_s
+        busy = sum(min(end, now_s) - max(start, horizon) for start, end in self._intervals
+                   if end > horizon)
+        if self._busy_since is not None:
+            busy += now_s - max(self._busy_since, horizon)
+        return min(max(busy / self.window_s, 0.0), 1.0)
+
+
+class LatencyWindow:
+    """Recent request latencies (ms) within a time window; gives P99 and the coefficient
+    of variation (std / mean), the design's measure of delay variation."""
+
+    def __init__(self, window_s: float, max_samples: int = 4096):
+        self.window_s = window_s
+        self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+
+    def add(self, now_s: float, latency_ms: float) -> None:
+        self._samples.append((now_s, latency_ms))
+
+    def _values(self, now_s: float) -> list[float]:
+        horizon = now_s - self.window_s
+        while self._samples and self._samples[0][0] <= horizon:
+            self._samples.popleft()
+        return [v for _, v in self._samples]
+
+    def count(self, now_s: float) -> int:
+        return len(self._values(now_s))
+
+    def coefficient_of_variation(self, now_s: float) -> float:
+        values = self._values(now_s)
+        if len(values) < 2:
+            return 0.0
+        mean = sum(values) / len(values)
+        if mean <= 0:
+            return 0.0
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        return math.sqrt(var) / mean
+
+    def percentile(self, now_s: float, q: float) -> float:
+        values = sorted(self._values(now_s))
+        if not values:
+            return 0.0
+        rank = min(len(values) - 1, max(0, math.ceil(q / 100.0 * len(values)) - 1))
+        return values[rank]

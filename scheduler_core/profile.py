@@ -1,0 +1,211 @@
+"""Per-hardware profiles: typed, frozen, validated once.
+
+A profile is one YAML file (``model_repository/<model>/profiles/<name>.yaml``) with three
+sections:
+
+``cost_model``
+    What a batch costs on this hardware (milliseconds). The emulated device executes
+    exactly this model; the scheduler uses it as the seed of its online estimate.
+``emulation``
+    Settings that only the *emulated* device reads (time scale, padded or ragged cost).
+``scheduler``
+    Batching parameters (window, limits, SLA defaults).
+
+Every error names the file, the key and the bad value, so an operator can fix a
+profile from the log line alone. Files are read with ``yaml.safe_load`` only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import yaml
+
+COST_MODES = ("padded", "ragged")
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or holds a bad value."""
+
+
+@dataclass(frozen=True)
+class CostModelConfig:
+    """latency_ms = fixed_ms + per_sequence_ms*b + per_token_ms*T + per_token_squared_ms*S.
+
+    T is the number of tokens the device processes and S the sum of squared sequence
+    lengths (attention); both follow the cost mode (padded: every sequence counts as the
+    batch's longest member; ragged: its own length).
+    """
+
+    fixed_ms: float = 1.0
+    per_sequence_ms: float = 0.0
+    per_token_ms: float = 0.01
+    per_token_squared_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    """How the emulated device turns the cost model into wall time."""
+
+    cost_mode: str = "padded"
+    # One uniform factor that slows the whole emulated device (and, in benchmarks,
+    # the SLAs alike) so a 2-core machine can drive it. 1.0 = real hardware speed.
+    time_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Batching parameters of an explicit-control deployment."""
+
+    max_batch_size: int = 32
+    max_batch_tokens: int = 16384  # padded tokens (batch size x longest member)
+    max_queue_size: int = 4096
+    default_sla_ms: float = 200.0
+    # Elastic window: adjusted = base * (1 + alpha*(1-util)^2 - beta*delay_variance),
+    # clamped to [min_window_ms, max_window_ms].
+    base_window_ms: float = 5.0
+    min_window_ms: float = 0.0
+    max_window_ms: float = 50.0
+    alpha: float = 0.2
+    beta: float = 0.1
+    # Sliding window over which utilisation and delay variation are measured.
+    perception_window_ms: float = 1000.0
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    source: str
+    description: str
+    device_match: tuple[str, ...]
+    cost_model: CostModelConfig
+    emulation: EmulationConfig
+    scheduler: SchedulerConfig
+
+
+# (low, high) inclusive bounds; None = unbounded on that side.
+_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "fixed_ms": (0.0, 60_000.0),
+    "per_sequence_ms": (0.0, 60_000.0),
+    "per_token_ms": (0.0, 1_000.0),
+    "per_token_squared_ms": (0.0, 1_000.0),
+    "time_scale": (0.01, 1000.0),
+    "max_batch_size": (1, 4096),
+    "max_batch_tokens": (1, 10_000_000),
+    "max_queue_size": (1, 10_000_000),
+    "default_sla_ms": (0.001, 3_600_000.0),
+    "base_window_ms": (0.0, 10_000.0),
+    "min_window_ms": (0.0, 10_000.0),
+    "max_window_ms": (0.0, 10_000.0),
+    "alpha": (0.0, 5.0),
+    "beta": (0.0, 5.0),
+    "perception_window_ms": (10.0, 600_000.0),
+}
+
+
+def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
+    return ProfileError(f"profile {source}: key '{key}': {why} (got {value!r})")
+
+
+def _section(cls, raw: Any, source: str, section: str):
+    """Build dataclass ``cls`` from mapping ``raw``, checking names, types and bounds."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise _bad(source, section, raw, "must be a mapping")
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise _bad(source, f"{section}.{key}", raw[key],
+                       f"unknown key; expected one of {sorted(known)}")
+    values = {}
+    for name, f in known.items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        dotted = f"{section}.{name}"
+        default = f.default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise _bad(source, dotted, value, "must be true or false")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _bad(source, dotted, value, "must be an integer")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _bad(source, dotted, value, "must be a number")
+            value = float(value)
+            if not math.isfinite(value):
+                raise _bad(source, dotted, value, "must be finite")
+        elif isinstance(default, str):
+            if not isinstance(value, str):
+                raise _bad(source, dotted, value, "must be a string")
+        lo, hi = _BOUNDS.get(name, (None, None))
+        if lo is not None and value < lo or hi is not None and value > hi:
+            raise _bad(source, dotted, value, f"must be within [{lo}, {hi}]")
+        values[name] = value
+    return cls(**values)
+
+
+def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile:
+    """Validate a parsed profile document; ``source`` names it in error messages."""
+    if not isinstance(raw, Mapping):
+        raise _bad(source, "<document>", raw, "a profile must be a YAML mapping")
+    allowed = {"name", "description", "device_match", "cost_model", "emulation", "scheduler"}
+    for key in raw:
+        if key not in allowed:
+            raise _bad(source, str(key), raw[key], f"unknown key; expected one of {sorted(allowed)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(source, "name", name, "must be a non-empty string")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _bad(source, "description", description, "must be a string")
+    match = raw.get("device_match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+        raise _bad(source, "device_match", match, "must be a list of non-empty strings")
+
+    cost = _section(CostModelConfig, raw.get("cost_model"), source, "cost_model")
+    emulation = _section(EmulationConfig, raw.get("emulation"), source, "emulation")
+    if emulation.cost_mode not in COST_MODES:
+        raise _bad(source, "emulation.cost_mode", emulation.cost_mode, f"must be one of {COST_MODES}")
+    sched = _section(SchedulerConfig, raw.get("scheduler"), source, "scheduler")
+    if sched.min_window_ms > sched.max_window_ms:
+        raise _bad(source, "scheduler.min_window_ms", sched.min_window_ms,
+                   f"must not exceed scheduler.max_window_ms ({sched.max_window_ms})")
+    return HardwareProfile(
+        name=name,
+        source=source,
+        description=description,
+        device_match=tuple(match),
+        cost_model=cost,
+        emulation=emulation,
+        scheduler=sched,
+    )
+
+
+def load_profile(path: str) -> HardwareProfile:
+    """Read and validate one profile file (``yaml.safe_load`` only)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ProfileError(f"profile {path}: file not found") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"profile {path}: cannot be read as YAML: {exc}") from None
+    profile = profile_from_mapping(raw, source=path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if profile.name != stem:
+        raise _bad(path, "name", profile.name, f"must match the file name '{stem}'")
+    return profile
+
+
+def profile_path(profile_dir: str, name: str) -> str:
+    """Path of profile ``name`` inside ``profile_dir``; refuses names that leave the folder."""
+    if not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ProfileError(
+            f"profile name {name!r} in {profile_dir}: use letters, digits, '_' or '-' only")
+    return os.path.join(profile_dir, f"{name}.yaml")

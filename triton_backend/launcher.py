@@ -1,0 +1,184 @@
+"""Start a real tritonserver (2.51, from the nvidia-pytriton wheel) on a model repository.
+
+Used by ``make serve`` (``python -m triton_backend.launcher``) and by the integration
+tests. No Triton Python API is involved: this only runs the binary with the right
+environment (the venv's ``bin/`` first on PATH, so the Python backend stub imports the
+venv's packages) and waits for readiness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
+
+
+def tritonserver_paths() -> tuple[str, str]:
+    """(tritonserver binary, backend directory) inside the installed nvidia-pytriton wheel."""
+    import pytriton
+
+    root = os.path.join(os.path.dirname(pytriton.__file__), "tritonserver")
+    binary = os.path.join(root, "bin", "tritonserver")
+    backends = os.path.join(root, "backends")
+    stub = os.path.join(backends, "python", "triton_python_backend_stub")
+    if not os.path.exists(stub):
+        raise RuntimeError(f"the Python backend stub is missing at {stub}: run 'make setup'")
+    return binary, backends
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    venv_bin = os.path.dirname(sys.executable)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    # Bytecode caches in the model repository's top level break Triton's model polling.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def free_ports(count: int = 3) -> list[int]:
+    """``count`` currently free TCP ports on localhost."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+class TritonServer:
+    """A tritonserver process; use as a context manager or call start()/stop()."""
+
+    def __init__(self, model_repository: str = DEFAULT_MODEL_REPOSITORY,
+                 http_port: int | None = None, grpc_port: int | None = None,
+                 metrics_port: int | None = None, log_path: str | None = None,
+                 exit_timeout_s: int = 30, extra_args: tuple[str, ...] = ()):
+        if None in (http_port, grpc_port, metrics_port):
+            http_port, grpc_port, metrics_port = free_ports(3)
+        self.model_repository = os.path.abspath(model_repository)
+        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        self.log_path = log_path
+        self.exit_timeout_s = exit_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.process: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def http_url(self) -> str:
+        return f"localhost:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://localhost:{self.metrics_port}/metrics"
+
+    def command(self) -> list[str]:
+        binary, backends = tritonserver_paths()
+        return [binary, f"--model-repository={self.model_repository}",
+                f"--backend-directory={backends}",
+                f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
+                f"--metrics-port={self.metrics_port}",
+                f"--exit-timeout-secs={self.exit_timeout_s}", *self.extra_args]
+
+    def start(self) -> "TritonServer":
+        out = None
+        if self.log_path:
+            self._log_file = open(self.log_path, "ab")
+            out = self._log_file
+        self.process = subprocess.Popen(self.command(), env=server_env(), stdout=out,
+                                        stderr=subprocess.STDOUT if out else None)
+        return self
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                    f"http://{self.http_url}/v2/health/ready", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
+                                   + (f"; see {self.log_path}" if self.log_path else ""))
+            if self.is_ready():
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s"
+                           + (f"; see {self.log_path}" if self.log_path else ""))
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=timeout_s or self.exit_timeout_s + 15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log_file:
+            self._log_file.close()
+        return self.process.returncode
+
+    def __enter__(self) -> "TritonServer":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-repository", default=DEFAULT_MODEL_REPOSITORY)
+    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
+    parser.add_argument("--grpc-port", type=int, default=None)
+    parser.add_argument("--metrics-port", type=int, default=None)
+    args = parser.parse_args(argv)
+    grpc = args.grpc_port or args.http_port + 1
+    metrics = args.metrics_port or args.http_port + 2
+    server = TritonServer(args.model_repository, args.http_port, grpc, metrics)
+    print(f"starting tritonserver on {server.model_repository}", flush=True)
+    server.start()
+    try:
+        server.wait_ready()
+        print(f"\nREADY  HTTP    http://localhost:{args.http_port}\n"
+              f"       gRPC    localhost:{grpc}\n"
+              f"       metrics http://localhost:{metrics}/metrics\n"
+              f"Ctrl-C stops the server.", flush=True)
+        return server.process.wait()
+    except KeyboardInterrupt:
+        print("\nstopping tritonserver ...", flush=True)
+        return 0
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Decoding and validating one request's inputs (no Triton import: testable alone).
+
+The explicit models must validate everything themselves: Triton lets a request with a
+missing optional input, or a malformed one, reach a Python model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+# Above an hour an "SLA" is a typo, not a latency target.
+MAX_SLA_MS = 3_600_000.0
+# Token id 0 is [PAD] in the BERT vocabulary: padded batches mark padding with it.
+PAD_TOKEN_ID = 0
+
+
+class RequestError(ValueError):
+    """The request is malformed; the message names the problem (sent as INVALID_ARG)."""
+
+
+@dataclass(frozen=True)
+class DecodedRequest:
+    input_ids: np.ndarray  # int64, shape [seq_len]
+    sla_ms: float | None  # None = use the profile's default
+
+
+def _sla_value(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise RequestError(f"{where} must be a number of milliseconds, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise RequestError(f"{where} must be a positive finite number of milliseconds, got {value!r}")
+    if value > MAX_SLA_MS:
+        raise RequestError(f"{where}={value!r} exceeds the maximum of {MAX_SLA_MS:.0f} ms")
+    return value
+
+
+def check_sequence(ids: np.ndarray, max_seq_len: int, vocab_size: int,
+                   where: str = "INPUT_IDS") -> None:
+    """Raise ``RequestError`` unless ``ids`` is a valid 1-D INT64 token sequence."""
+    if ids.dtype != np.int64:
+        raise RequestError(f"{where} must be INT64, got {ids.dtype}")
+    if ids.size == 0:
+        raise RequestError(f"{where} is empty: a sequence needs at least one token")
+    if ids.size > max_seq_len:
+        raise RequestError(f"{where} has {ids.size} tokens; the model's limit is {max_seq_len}")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 1 or hi >= vocab_size:
+        raise RequestError(
+            f"{where} holds token ids in [{lo}, {hi}]; valid ids are 1..{vocab_size - 1} "
+            f"(0 is padding)")
+
+
+def decode_padded_batch(input_ids: np.ndarray | None, max_seq_len: int,
+                        vocab_size: int) -> list[np.ndarray]:
+    """Split a padded [B, L] INPUT_IDS tensor (0 = padding at the end of a row) into its
+    B sequences, validating each. Used by the inner models, which BLS callers and Triton's
+    own dynamic batcher feed with padded batches."""
+    if input_ids is None:
+        raise RequestError("missing required input INPUT_IDS")
+    if input_ids.ndim != 2:
+        raise RequestError(f"INPUT_IDS must have shape [B, L], got shape {list(input_ids.shape)}")
+    sequences = []
+    for i, row in enumerate(input_ids):
+        nonzero = np.flatnonzero(row)
+        seq = row[: nonzero[-1] + 1] if nonzero.size else row[:0]
+        check_sequence(seq, max_seq_len, vocab_size, where=f"INPUT_IDS row {i}")
+        sequences.append(seq)
+    return sequences
+
+
+def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
+                   parameters: Mapping[str, Any], max_seq_len: int,
+                   vocab_size: int) -> DecodedRequest:
+    """Validate one request of one sequence.
+
+    ``input_ids`` is the INPUT_IDS tensor as received ([1, L] or [L]); ``sla_input`` the
+    optional SLA_MS tensor; ``parameters`` the request parameters. When both SLA_MS and
+    the ``sla_ms`` parameter are given and disagree, the request is rejected: a silent
+    winner would hide a client bug.
+    """
+    if input_ids is None:
+        raise RequestError("missing required input INPUT_IDS")
+    if input_ids.ndim == 2:
+        if input_ids.shape[0] != 1:
+            raise RequestError(
+                f"INPUT_IDS must hold one sequence (shape [1, L]), got shape {list(input_ids.shape)}")
+        ids = input_ids[0]
+    elif input_ids.ndim == 1:
+        ids = input_ids
+    else:
+        raise RequestError(f"INPUT_IDS must have shape [1, L], got shape {list(input_ids.shape)}")
+    check_sequence(ids, max_seq_len, vocab_size)
+
+    sla_ms = None
+    if sla_input is not None:
+        if sla_input.size != 1:
+            raise RequestError(f"SLA_MS must hold one value, got shape {list(sla_input.shape)}")
+        if sla_input.dtype.kind not in "fiu":
+            raise RequestError(f"SLA_MS must be FP32, got {sla_input.dtype}")
+        sla_ms = _sla_value(sla_input.reshape(-1)[0].item(), "SLA_MS")
+    if "sla_ms" in parameters:
+        param = _sla_value(parameters["sla_ms"], "parameter sla_ms")
+        if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):
+            raise RequestError(
+                f"SLA_MS input ({sla_ms:g}) and parameter sla_ms ({param:g}) disagree; send one")
+        sla_ms = param
+    return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64), sla_ms)

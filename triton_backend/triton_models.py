@@ -1,0 +1,311 @@
+"""The Triton adapter: the only module that imports ``triton_python_backend_utils``.
+
+Two model classes, selected by each model folder's one-line ``model.py``:
+
+``InnerModel``
+    ``minilm``, ``emulated_device`` and the native baselines ``*_native``: an ordinary
+    Triton model. Triton (or a BLS caller) hands it requests; it runs them as one batch.
+``ExplicitModel``
+    ``*_explicit``: owns its queue. ``execute()`` validates each request, keeps its
+    response sender, queues it and returns ``None``; a scheduler thread asks
+    ``scheduler_core`` for batches, runs them (in process, or through BLS on another
+    model) and sends exactly one final response, or one error, per request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from scheduler_core.cost_model import CostEstimator
+from scheduler_core.profile import HardwareProfile, ProfileError, load_profile, profile_path
+from scheduler_core.request import QueuedRequest
+from scheduler_core.scheduler import QueueFull, Scheduler
+
+from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
+                        pad_batch)
+from .request_decoding import RequestError, decode_padded_batch, decode_request
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+STATS_LOG_PERIOD_S = 5.0
+SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
+
+
+def _parameters(model_config: dict) -> dict[str, str]:
+    return {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
+
+
+def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -> int:
+    raw = params.get(key, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise pb_utils.TritonModelException(
+            f"model '{model}': parameter '{key}' must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise pb_utils.TritonModelException(
+            f"model '{model}': parameter '{key}' must be >= 0, got {value}")
+    return value
+
+
+def _load_profile(args: dict, params: dict[str, str], default_name: str) -> HardwareProfile:
+    """The hardware profile named by ``hardware_profile`` (default ``default_name``), read from
+    ``profile_dir`` (relative to the model repository; default ``<model>/profiles``)."""
+    model_dir = os.path.join(args["model_repository"])
+    repo_root = os.path.dirname(os.path.abspath(model_dir))
+    profile_dir = params.get("profile_dir") or os.path.join(os.path.basename(model_dir), "profiles")
+    directory = os.path.normpath(os.path.join(repo_root, profile_dir))
+    if os.path.commonpath([directory, repo_root]) != repo_root:
+        raise pb_utils.TritonModelException(
+            f"model '{args['model_name']}': parameter profile_dir={profile_dir!r} leaves the "
+            f"model repository")
+    name = params.get("hardware_profile") or default_name
+    try:
+        return load_profile(profile_path(directory, name))
+    except ProfileError as exc:
+        raise pb_utils.TritonModelException(f"model '{args['model_name']}': {exc}") from None
+
+
+def _make_executor(args: dict, params: dict[str, str]):
+    """Build the in-process executor named by the ``executor`` parameter."""
+    model = args["model_name"]
+    kind = params.get("executor", "")
+    if kind == "minilm":
+        threads = _int_parameter(params, "intra_op_threads", 1, model)
+        return MiniLMEncoder(intra_op_threads=threads), None
+    if kind == "emulated":
+        profile = _load_profile(args, params, "t4")
+        return EmulatedDevice(profile.cost_model, profile.emulation), profile
+    raise pb_utils.TritonModelException(
+        f"model '{model}': parameter 'executor' must be 'minilm' or 'emulated', got {kind!r}")
+
+
+def _error(message: str, code) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
+    tensor = pb_utils.Tensor("EMBEDDING", embedding.reshape(1, -1).astype(np.float32))
+    return pb_utils.InferenceResponse(output_tensors=[tensor])
+
+
+class InnerModel:
+    """An ordinary Triton model around one executor (real MiniLM or the emulated device)."""
+
+    def initialize(self, args):
+        self.config = json.loads(args["model_config"])
+        self.params = _parameters(self.config)
+        self.executor, _ = _make_executor(args, self.params)
+
+    def execute(self, requests):
+        responses: list[Any] = [None] * len(requests)
+        sequences: list[np.ndarray] = []
+        owners: list[tuple[int, int]] = []  # (request index, number of rows)
+        for i, request in enumerate(requests):
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS")
+            try:
+                rows = decode_padded_batch(None if tensor is None else tensor.as_numpy(),
+                                           MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
+            except RequestError as exc:
+                responses[i] = _error(str(exc), pb_utils.TritonError.INVALID_ARG)
+                continue
+            sequences.extend(rows)
+            owners.append((i, len(rows)))
+        if sequences:
+            try:
+                embeddings = self.executor.run(sequences)
+            except Exception as exc:  # one failed batch fails its requests, not the model
+                for i, _ in owners:
+                    responses[i] = _error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL)
+            else:
+                offset = 0
+                for i, n in owners:
+                    out = pb_utils.Tensor("EMBEDDING", embeddings[offset:offset + n].astype(np.float32))
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=[out])
+                    offset += n
+        return responses
+
+
+class BLSExecutor:
+    """Runs a batch on another Triton model (by name) through BLS, as one padded request."""
+
+    def __init__(self, model_name: str):
+        self.model_name = model_name
+
+    def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        request = pb_utils.InferenceRequest(
+            model_name=self.model_name,
+            inputs=[pb_utils.Tensor("INPUT_IDS", pad_batch(sequences))],
+            requested_output_names=["EMBEDDING"],
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"BLS call to '{self.model_name}' failed: {response.error().message()}")
+        return pb_utils.get_output_tensor_by_name(response, "EMBEDDING").as_numpy()
+
+
+@dataclass
+class _Pending:
+    """What the adapter keeps for one queued request (the core sees it as ``handle``)."""
+
+    request: Any  # kept alive until answered
+    sender: Any
+    input_ids: np.ndarray
+
+
+class ExplicitModel:
+    """A Python-backend model that owns its request queue (explicit-control batching)."""
+
+    def initialize(self, args):
+        self.model_name = args["model_name"]
+        self.config = json.loads(args["model_config"])
+        self.params = _parameters(self.config)
+        inner = self.params.get("inner_model", "")
+        default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
+        self.profile = _load_profile(args, self.params, default_profile)
+        if inner:
+            self.executor = BLSExecutor(inner)
+        else:
+            self.executor, _ = _make_executor(args, self.params)
+        emulation = self.profile.emulation
+        time_scale = emulation.time_scale if isinstance(self.executor, EmulatedDevice) else 1.0
+        estimator = CostEstimator(self.profile.cost_model, emulation.cost_mode, time_scale)
+        self.scheduler = Scheduler(self.profile.scheduler, estimator)
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._loop_errors = 0
+        self._last_stats_log = 0.0
+        self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
+                                        daemon=True)
+        self._thread.start()
+        pb_utils.Logger.log_info(
+            f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
+            f"({self.profile.source}); executor={type(self.executor).__name__}"
+            f"{' -> ' + inner if inner else ''}")
+
+    # -- arrivals (Triton's thread) ---------------------------------------------------
+    def execute(self, requests):
+        now = time.monotonic()
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                decoded = self._decode(request)
+            except RequestError as exc:
+                self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG))
+                continue
+            sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
+            queued = QueuedRequest(next(self._ids), int(decoded.input_ids.size), now, sla_ms,
+                                   _Pending(request, sender, decoded.input_ids))
+            with self._cond:
+                if self._stopping:
+                    rejection = "model is shutting down"
+                else:
+                    try:
+                        self.scheduler.submit(queued, now)
+                        rejection = None
+                    except QueueFull as exc:
+                        rejection = f"queue full: {exc}"
+                self._cond.notify()
+            if rejection:
+                self._send(sender, _error(rejection, pb_utils.TritonError.UNAVAILABLE))
+        return None
+
+    @staticmethod
+    def _decode(request):
+        ids = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS")
+        sla = pb_utils.get_input_tensor_by_name(request, "SLA_MS")
+        try:
+            parameters = json.loads(request.parameters() or "{}")
+        except ValueError:
+            parameters = {}
+        return decode_request(None if ids is None else ids.as_numpy(),
+                              None if sla is None else sla.as_numpy(),
+                              parameters, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
+
+    @staticmethod
+    def _send(sender, response) -> None:
+        try:
+            sender.send(response, flags=FINAL)
+        except Exception as exc:  # the client may be gone; never let that kill the loop
+            pb_utils.Logger.log_warn(f"could not send a response: {exc}")
+
+    # -- the scheduler thread ---------------------------------------------------------
+    def _run_loop(self) -> None:
+        """Supervised loop: an exception in one step is logged and counted, never fatal."""
+        while True:
+            try:
+                if not self._step():
+                    return
+            except Exception:
+                self._loop_errors += 1
+                pb_utils.Logger.log_error(
+                    f"{self.model_name}: scheduler step failed (#{self._loop_errors}):\n"
+                    f"{traceback.format_exc()}")
+                time.sleep(0.01)
+
+    def _step(self) -> bool:
+        """One scheduling step; False once stopping and the queue is empty."""
+        with self._cond:
+            now = time.monotonic()
+            decision = self.scheduler.schedule(now, flush=self._stopping)
+            if not decision.batch:
+                if self._stopping:
+                    return False
+                timeout = 0.5 if decision.wake_at_s is None else max(decision.wake_at_s - now, 0.0)
+                self._cond.wait(timeout=min(timeout, 0.5))
+                self._maybe_log_stats(time.monotonic())
+                return True
+            self.scheduler.batch_started(decision.batch, now)
+        self._run_batch(decision.batch, now)
+        return True
+
+    def _run_batch(self, batch: Sequence[QueuedRequest], started: float) -> None:
+        succeeded = False
+        try:
+            embeddings = self.executor.run([r.handle.input_ids for r in batch])
+            succeeded = True
+        except Exception as exc:  # fail this batch's requests, keep the loop
+            pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
+            for r in batch:
+                self._send(r.handle.sender, _error(f"inference failed: {exc}",
+                                                   pb_utils.TritonError.INTERNAL))
+        if succeeded:
+            for r, embedding in zip(batch, embeddings):
+                self._send(r.handle.sender, _embedding_response(embedding))
+        with self._cond:
+            self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
+
+    def _maybe_log_stats(self, now: float) -> None:
+        if now - self._last_stats_log < STATS_LOG_PERIOD_S:
+            return
+        self._last_stats_log = now
+        s = self.scheduler.stats(now)
+        if s.batches:
+            pb_utils.Logger.log_info(
+                f"{self.model_name}: window_ms={s.window_ms:.2f} utilization={s.utilization:.2f} "
+                f"queue_depth={s.queue_depth} delay_cv={s.delay_variation:.2f} "
+                f"batches={s.batches} requests={s.requests} cost_correction={s.cost_correction:.2f}")
+
+    def finalize(self):
+        """Stop accepting, serve what is queued (flush), then fail anything left."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=SHUTDOWN_DRAIN_S)
+        with self._cond:
+            leftovers = self.scheduler.drain()
+        for r in leftovers:
+            self._send(r.handle.sender, _error("model unloaded before the request ran",
+                                               pb_utils.TritonError.UNAVAILABLE))
