@@ -1,0 +1,36 @@
+# Explicit-control dynamic batching for Triton. `make help` lists the targets.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+HTTP_PORT ?= 8000
+
+.PHONY: help setup serve test test-unit bench-smoke clean
+
+help:
+	@echo "make setup        create .venv with the pinned Triton stack (idempotent)"
+	@echo "make serve        start tritonserver on model_repository/ (HTTP_PORT=$(HTTP_PORT))"
+	@echo "make test         run all tests, including real-server integration tests"
+	@echo "make test-unit    run the fast unit tests only"
+	@echo "make bench-smoke  perf_analyzer at a fixed rate: emulated_explicit vs emulated_native"
+
+setup: $(STAMP)
+
+# Re-run the setup only when what it installs changes; a second `make setup` is instant.
+$(STAMP): requirements.txt setup.py scripts/setup_env.sh
+	bash scripts/setup_env.sh
+	@touch $@
+
+serve: setup
+	$(PY) -m triton_backend.launcher --http-port $(HTTP_PORT)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+bench-smoke: setup
+	$(PY) scripts/bench_smoke.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Operator tooling around perf_analyzer and a running server (no decision logic here)."""

@@ -1,0 +1,53 @@
+"""Shared fixtures. The integration tests start ONE real tritonserver per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
+SHIPPED_MODELS = ("minilm", "minilm_native", "minilm_explicit",
+                  "emulated_device", "emulated_native", "emulated_explicit")
+
+# Extra deployments the tests add to a copy of the shipped repository: the explicit
+# models fronting the inner models through BLS instead of running them in process.
+BLS_MODELS = {
+    "emulated_explicit_bls": ("emulated_explicit", "emulated_device"),
+    "minilm_explicit_bls": ("minilm_explicit", "minilm"),
+}
+
+
+def _add_bls_model(repo: str, name: str, template: str, inner: str) -> None:
+    os.makedirs(os.path.join(repo, name, "1"))
+    shutil.copy(os.path.join(repo, template, "1", "model.py"), os.path.join(repo, name, "1"))
+    with open(os.path.join(repo, template, "config.pbtxt")) as fh:
+        config = fh.read().replace(f'name: "{template}"', f'name: "{name}"')
+    config += (f'parameters {{ key: "inner_model" value: {{ string_value: "{inner}" }} }}\n'
+               f'parameters {{ key: "profile_dir" value: {{ string_value: "{template}/profiles" }} }}\n')
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as fh:
+        fh.write(config)
+
+
+@pytest.fixture(scope="session")
+def model_repository(tmp_path_factory) -> str:
+    repo = str(tmp_path_factory.mktemp("repo") / "model_repository")
+    shutil.copytree(SHIPPED_REPOSITORY, repo,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name, (template, inner) in BLS_MODELS.items():
+        _add_bls_model(repo, name, template, inner)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def server(model_repository, tmp_path_factory):
+    from triton_backend.launcher import TritonServer
+
+    log = str(tmp_path_factory.mktemp("logs") / "tritonserver.log")
+    srv = TritonServer(model_repository, log_path=log, exit_timeout_s=15)
+    with srv:
+        yield srv
+    with open(log, errors="replace") as fh:
+        srv.final_log = fh.read()

@@ -1,0 +1,192 @@
+"""Real tritonserver, real clients: the request contract of the *_explicit models."""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import BLS_MODELS, SHIPPED_MODELS
+from triton_backend.executors import deterministic_embedding
+
+pytestmark = pytest.mark.integration
+RNG = np.random.default_rng(3)
+
+
+def _ids(length: int) -> np.ndarray:
+    return np.array([101, *RNG.integers(1000, 30000, size=length - 2), 102], dtype=np.int64)
+
+
+# (case name, INPUT_IDS or None, dtype, SLA_MS or None, expected error substring or None)
+def _cases() -> list[tuple]:
+    cases = [(f"valid-{i}", _ids(int(n)), np.int64, sla, None)
+             for i, (n, sla) in enumerate(zip(RNG.integers(3, 48, size=16),
+                                              [None, 50.0, 100.0, 200.0] * 4))]
+    cases += [
+        ("empty", np.zeros(0, dtype=np.int64), np.int64, None, "empty"),
+        ("too-long", _ids(513), np.int64, None, "limit is 512"),
+        ("out-of-vocab", np.array([101, 40000, 102], dtype=np.int64), np.int64, None, "valid ids"),
+        ("padding-id", np.array([101, 0, 102], dtype=np.int64), np.int64, None, "valid ids"),
+        ("sla-zero", _ids(8), np.int64, 0.0, "SLA_MS"),
+        ("sla-negative", _ids(8), np.int64, -5.0, "SLA_MS"),
+        ("sla-nan", _ids(8), np.int64, math.nan, "SLA_MS"),
+        ("sla-inf", _ids(8), np.int64, math.inf, "SLA_MS"),
+        ("wrong-dtype", _ids(8).astype(np.int32), np.int32, None, "INT"),
+        ("missing-input-ids", None, np.int64, 100.0, "INPUT_IDS"),
+    ]
+    return cases
+
+
+def _inputs(module, ids, dtype, sla):
+    inputs = []
+    if ids is not None:
+        t = module.InferInput("INPUT_IDS", [1, len(ids)], "INT64" if dtype == np.int64 else "INT32")
+        t.set_data_from_numpy(ids.reshape(1, -1).astype(dtype))
+        inputs.append(t)
+    if sla is not None:
+        s = module.InferInput("SLA_MS", [1, 1], "FP32")
+        s.set_data_from_numpy(np.array([[sla]], dtype=np.float32))
+        inputs.append(s)
+    return inputs
+
+
+def _reference(server, model: str, ids: np.ndarray) -> np.ndarray:
+    if model.startswith("emulated"):
+        return deterministic_embedding(ids)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        return client.infer("minilm_native", _inputs(httpclient, ids, np.int64, None)).as_numpy(
+            "EMBEDDING")[0]
+    finally:
+        client.close()
+
+
+def _check_outcomes(server, model, cases, outcomes):
+    assert len(outcomes) == len(cases)
+    for (name, ids, _, _, expected_error), (kind, value) in zip(cases, outcomes):
+        if expected_error is None:
+            assert kind == "ok", f"{name}: expected an embedding, got error {value}"
+            assert value.shape == (1, 384)
+            np.testing.assert_allclose(value[0], _reference(server, model, ids), atol=1e-4,
+                                       err_msg=name)
+        else:
+            assert kind == "error", f"{name}: expected an error, got an embedding"
+            assert expected_error.lower() in value.lower(), f"{name}: {value}"
+
+
+def test_all_models_ready(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        for model in (*SHIPPED_MODELS, *BLS_MODELS):
+            assert client.is_model_ready(model), model
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("model", ["emulated_explicit", "minilm_explicit", *BLS_MODELS])
+def test_http_concurrent_mix_of_valid_and_invalid(server, model):
+    cases = _cases()
+
+    def one(case):
+        _, ids, dtype, sla, _ = case
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            result = client.infer(model, _inputs(httpclient, ids, dtype, sla))
+            return ("ok", result.as_numpy("EMBEDDING"))
+        except InferenceServerException as exc:
+            return ("error", str(exc))
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        outcomes = list(pool.map(one, cases))
+    _check_outcomes(server, model, cases, outcomes)
+
+
+@pytest.mark.parametrize("model", ["emulated_explicit", "minilm_explicit"])
+def test_grpc_concurrent_mix_each_request_answered_exactly_once(server, model):
+    cases = _cases()
+    calls: dict[int, list] = {i: [] for i in range(len(cases))}
+    done = threading.Semaphore(0)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for i, (_, ids, dtype, sla, _) in enumerate(cases):
+            def callback(result, error, i=i):
+                calls[i].append((result, error))
+                done.release()
+            client.async_infer(model, _inputs(grpcclient, ids, dtype, sla), callback,
+                               client_timeout=60)
+        for _ in cases:
+            assert done.acquire(timeout=60), "a request got no response"
+        # A duplicate response would arrive shortly after; give it the chance.
+        assert not done.acquire(timeout=0.5), "a request was answered twice"
+    finally:
+        client.close()
+    outcomes = []
+    for i in range(len(cases)):
+        assert len(calls[i]) == 1, f"{cases[i][0]}: {len(calls[i])} responses"
+        result, error = calls[i][0]
+        outcomes.append(("error", str(error)) if error else ("ok", result.as_numpy("EMBEDDING")))
+    _check_outcomes(server, model, cases, outcomes)
+
+
+def test_grpc_sla_request_parameter(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    ids = _ids(12)
+    try:
+        ok = client.infer("emulated_explicit", _inputs(grpcclient, ids, np.int64, None),
+                          parameters={"sla_ms": 80})
+        np.testing.assert_allclose(ok.as_numpy("EMBEDDING")[0], deterministic_embedding(ids),
+                                   atol=1e-6)
+        agreeing = client.infer("emulated_explicit", _inputs(grpcclient, ids, np.int64, 80.0),
+                                parameters={"sla_ms": 80})
+        assert agreeing.as_numpy("EMBEDDING").shape == (1, 384)
+        for params, needle in (({"sla_ms": "fast"}, "sla_ms"), ({"sla_ms": -1}, "sla_ms")):
+            with pytest.raises(InferenceServerException, match=needle) as err:
+                client.infer("emulated_explicit", _inputs(grpcclient, ids, np.int64, None),
+                             parameters=params)
+            assert "INVALID_ARGUMENT" in str(err.value.status())
+        with pytest.raises(InferenceServerException, match="disagree"):
+            client.infer("emulated_explicit", _inputs(grpcclient, ids, np.int64, 50.0),
+                         parameters={"sla_ms": 200})
+    finally:
+        client.close()
+
+
+def _inner_counts(client, model: str) -> tuple[int, int]:
+    """(inferences, executions) Triton has counted for ``model``: sequences and batches."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def test_batches_form_under_concurrent_load(server):
+    """64 concurrent requests through emulated_explicit_bls reach the inner model in
+    batches: Triton's own statistics of emulated_device count sequences and executions."""
+    ids = [_ids(int(n)) for n in RNG.integers(16, 64, size=64)]
+    stats_client = httpclient.InferenceServerClient(server.http_url)
+    before = _inner_counts(stats_client, "emulated_device")
+
+    def one(seq):
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            return client.infer("emulated_explicit_bls",
+                                _inputs(httpclient, seq, np.int64, 1000.0))
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(one, ids))
+    after = _inner_counts(stats_client, "emulated_device")
+    stats_client.close()
+    for seq, r in zip(ids, results):
+        np.testing.assert_allclose(r.as_numpy("EMBEDDING")[0], deterministic_embedding(seq),
+                                   atol=1e-6)
+    sequences, batches = after[0] - before[0], after[1] - before[1]
+    assert sequences == 64
+    assert batches <= 64 / 4, f"{batches} batches for 64 sequences: the queue did not batch"

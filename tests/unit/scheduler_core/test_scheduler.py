@@ -1,0 +1,478 @@
+"""The scheduler step function, driven by a fake clock (plain floats; nothing sleeps)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
+from scheduler_core.profile import CostModelConfig, SchedulerConfig
+from scheduler_core.request import QueuedRequest
+from scheduler_core.scheduler import QueueFull, Scheduler, take_fifo
+
+# A flat 1 ms per batch, whatever its shape.
+FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,
+                    per_token_squared_ms=0.0)
+
+
+def make(cost: CostModelConfig = FLAT_COST, **overrides) -> Scheduler:
+    # alpha = beta = 0 keeps the window at exactly base_window_ms unless a test sets them.
+    base = dict(base_window_ms=10.0, alpha=0.0, beta=0.0, min_window_ms=0.0,
+                max_window_ms=50.0)
+    base.update(overrides)
+    cfg = replace(SchedulerConfig(), **base)
+    return Scheduler(cfg, CostEstimator(cost))
+
+
+def req(rid: int, arrival_s: float, seq_len: int = 16, sla_ms: float = 10_000.0) -> QueuedRequest:
+    return QueuedRequest(request_id=rid, seq_len=seq_len, arrival_s=arrival_s, sla_ms=sla_ms)
+
+
+def ids(decision) -> list[int]:
+    return [r.request_id for r in decision.batch]
+
+
+# -- QueuedRequest --------------------------------------------------------------------------
+
+def test_queued_request_deadline():
+    r = QueuedRequest(1, 8, arrival_s=2.0, sla_ms=250.0)
+    assert r.deadline_s == 2.25
+    assert r.remaining_sla_ms(2.0) == 250.0
+    assert r.remaining_sla_ms(2.5) == -250.0
+
+
+def test_queued_request_handle_not_compared():
+    assert QueuedRequest(1, 8, 0.0, 5.0, handle="a") == QueuedRequest(1, 8, 0.0, 5.0, handle="b")
+
+
+# -- basic decisions ------------------------------------------------------------------------
+
+def test_empty_queue_is_idle():
+    s = make()
+    d = s.schedule(0.0)
+    assert d.batch == ()
+    assert d.reason == "idle"
+    assert d.wake_at_s is None
+    assert d.estimated_ms == 0.0
+
+
+def test_partial_batch_waits_for_window_then_dispatches():
+    s = make(max_batch_size=8)
+    s.submit(req(0, 0.0), 0.0)
+    s.submit(req(1, 0.002), 0.002)
+    d = s.schedule(0.003)
+    assert d.batch == ()
+    assert d.reason == "wait"
+    assert d.window_ms == 10.0
+    assert d.wake_at_s == 0.010  # oldest arrival + window
+    assert s.queue_depth == 2
+
+    assert s.schedule(0.0099).batch == ()
+    d = s.schedule(0.010)
+    assert ids(d) == [0, 1]
+    assert d.reason == "window"
+    assert d.wake_at_s is None
+    assert d.estimated_ms == 1.0
+    assert s.queue_depth == 0
+
+
+def test_wake_at_follows_oldest_not_newest():
+    s = make(max_batch_size=8)
+    s.submit(req(0, 1.000), 1.000)
+    s.submit(req(1, 1.008), 1.008)
+    assert s.schedule(1.008).wake_at_s == pytest.approx(1.010, abs=1e-12)
+
+
+def test_default_alpha_widens_window_when_idle():
+    s = make(base_window_ms=5.0, alpha=0.2)
+    s.submit(req(0, 0.0), 0.0)
+    d = s.schedule(0.0)
+    assert d.window_ms == pytest.approx(6.0, rel=1e-12)   # 5 * (1 + 0.2*(1-0)^2)
+    assert d.utilization == 0.0
+    assert d.wake_at_s == pytest.approx(0.006, rel=1e-12)
+
+
+def test_fifo_order_within_and_across_batches():
+    s = make(max_batch_size=3)
+    for i in range(7):
+        s.submit(req(i, 0.0), 0.0)
+    assert ids(s.schedule(0.0)) == [0, 1, 2]
+    assert ids(s.schedule(0.0)) == [3, 4, 5]
+    assert s.schedule(0.0).batch == ()          # one left, window not closed
+    assert ids(s.schedule(0.010)) == [6]
+
+
+def test_full_batch_dispatches_at_once():
+    s = make(max_batch_size=4)
+    for i in range(3):
+        s.submit(req(i, 0.0), 0.0)
+        assert s.schedule(0.0).batch == ()
+    s.submit(req(3, 0.0005), 0.0005)
+    d = s.schedule(0.0005)
+    assert ids(d) == [0, 1, 2, 3]
+    assert d.reason == "full"
+
+
+def test_more_than_a_full_batch_dispatches_first_batch_at_once():
+    s = make(max_batch_size=4)
+    for i in range(5):
+        s.submit(req(i, 0.0), 0.0)
+    d = s.schedule(0.0)
+    assert ids(d) == [0, 1, 2, 3] and d.reason == "full"
+    d = s.schedule(0.0)
+    assert d.batch == () and d.wake_at_s == 0.010
+
+
+# -- SLA guard ------------------------------------------------------------------------------
+
+def test_sla_guard_dispatches_before_window_closes():
+    cost = replace(FLAT_COST, fixed_ms=5.0)
+    s = make(cost, base_window_ms=50.0)
+    s.submit(req(0, 0.0, sla_ms=20.0), 0.0)
+    d = s.schedule(0.0)
+    assert d.batch == ()
+    # deadline 0.020 - estimated 5 ms = 0.015, earlier than the window (0.050)
+    assert d.wake_at_s == pytest.approx(0.015, abs=1e-12)
+    assert s.schedule(0.0149).batch == ()
+    d = s.schedule(0.015)
+    assert ids(d) == [0]
+    assert d.reason == "deadline"
+    assert d.estimated_ms == 5.0
+
+
+def test_sla_guard_uses_most_urgent_member():
+    cost = replace(FLAT_COST, fixed_ms=2.0)
+    s = make(cost, base_window_ms=50.0)
+    s.submit(req(0, 0.0, sla_ms=1000.0), 0.0)
+    assert s.schedule(0.0).wake_at_s == pytest.approx(0.050, abs=1e-12)
+    s.submit(req(1, 0.004, sla_ms=10.0), 0.004)     # deadline 0.014, latest start 0.012
+    d = s.schedule(0.004)
+    assert d.wake_at_s == pytest.approx(0.012, abs=1e-12)
+    d = s.schedule(0.012)
+    assert ids(d) == [0, 1] and d.reason == "deadline"
+
+
+def test_sla_guard_accounts_for_estimated_cost_of_bigger_batch():
+    # cost grows with tokens: the guard must use the estimate of the whole candidate batch
+    cost = replace(FLAT_COST, fixed_ms=1.0, per_token_ms=0.1)
+    s = make(cost, base_window_ms=100.0, max_window_ms=200.0, max_batch_size=16)
+    for i in range(4):
+        s.submit(req(i, 0.0, seq_len=50, sla_ms=100.0), 0.0)
+    # padded tokens 200 -> estimate 1 + 20 = 21 ms -> latest start 0.079
+    d = s.schedule(0.0)
+    assert d.wake_at_s == pytest.approx(0.079, abs=1e-12)
+
+
+def test_missed_deadline_dispatches_immediately():
+    s = make(base_window_ms=50.0)
+    s.submit(req(0, 0.0, sla_ms=0.5), 0.0)      # deadline before even 1 ms of work
+    d = s.schedule(0.0)
+    assert ids(d) == [0] and d.reason == "deadline"
+
+
+# -- falling behind ---------------------------------------------------------------------------
+
+def test_behind_scheduler_drains_queue_into_one_batch():
+    s = make(max_batch_size=32)
+    for i in range(10):
+        s.submit(req(i, i * 0.001), i * 0.001)
+    d = s.schedule(0.5)
+    assert ids(d) == list(range(10))
+    assert d.reason == "window"
+    assert s.queue_depth == 0
+
+
+def test_behind_scheduler_forms_full_batches_not_singletons():
+    s = make(max_batch_size=32)
+    for i in range(40):
+        s.submit(req(i, i * 0.0001), i * 0.0001)
+    first = s.schedule(1.0)
+    second = s.schedule(1.0)
+    assert ids(first) == list(range(32)) and first.reason == "full"
+    assert ids(second) == list(range(32, 40))
+    assert s.queue_depth == 0
+
+
+# -- token limit ------------------------------------------------------------------------------
+
+def test_max_batch_tokens_counts_padded_tokens():
+    s = make(max_batch_size=16, max_batch_tokens=100)
+    for i, n in enumerate([30, 20, 40, 10]):
+        s.submit(req(i, 0.0, seq_len=n), 0.0)
+    # 30, 20 -> 2*30 = 60 fits; adding 40 -> 3*40 = 120 does not
+    d = s.schedule(0.0)
+    assert ids(d) == [0, 1] and d.reason == "full"
+    d = s.schedule(0.010)
+    assert ids(d) == [2, 3]          # 2*40 = 80
+    assert len(d.batch) * max(r.seq_len for r in d.batch) <= 100
+
+
+def test_max_batch_tokens_boundary_is_inclusive():
+    s = make(max_batch_size=16, max_batch_tokens=100)
+    for i in range(5):
+        s.submit(req(i, 0.0, seq_len=25), 0.0)
+    d = s.schedule(0.0)
+    assert ids(d) == [0, 1, 2, 3]    # 4*25 = 100 exactly
+
+
+def test_oversized_request_dispatches_alone_at_once_when_others_wait():
+    s = make(max_batch_size=16, max_batch_tokens=100)
+    s.submit(req(0, 0.0, seq_len=150), 0.0)
+    s.submit(req(1, 0.0, seq_len=10), 0.0)
+    d = s.schedule(0.0)
+    assert ids(d) == [0] and d.reason == "full"
+    assert [r.request_id for r in s.drain()] == [1]
+
+
+def test_oversized_request_alone_still_dispatches():
+    s = make(max_batch_size=16, max_batch_tokens=100)
+    s.submit(req(0, 0.0, seq_len=150), 0.0)
+    assert s.schedule(0.0).wake_at_s == 0.010
+    d = s.schedule(0.010)
+    assert ids(d) == [0]
+
+
+@given(st.lists(st.integers(1, 512), min_size=1, max_size=40), st.integers(1, 16),
+       st.integers(1, 4096))
+def test_take_fifo_is_longest_prefix_within_limits(lengths, max_size, max_tokens):
+    queue = [req(i, 0.0, seq_len=n) for i, n in enumerate(lengths)]
+    batch = take_fifo(queue, max_size, max_tokens)
+    assert batch == queue[: len(batch)]
+    assert 1 <= len(batch) <= max_size
+    longest = max(r.seq_len for r in batch)
+    if len(batch) > 1:
+        assert len(batch) * longest <= max_tokens
+    if len(batch) < min(max_size, len(queue)):
+        nxt = queue[len(batch)]
+        assert (len(batch) + 1) * max(longest, nxt.seq_len) > max_tokens
+
+
+# -- queue management ---------------------------------------------------------------------------
+
+def test_queue_full_at_max_queue_size():
+    s = make(max_queue_size=3, max_batch_size=2)
+    for i in range(3):
+        s.submit(req(i, 0.0), 0.0)
+    with pytest.raises(QueueFull):
+        s.submit(req(3, 0.0), 0.0)
+    assert s.queue_depth == 3
+    assert ids(s.schedule(0.0)) == [0, 1]
+    s.submit(req(4, 0.001), 0.001)      # room again
+    assert s.queue_depth == 2
+
+
+def test_flush_dispatches_at_once():
+    s = make(max_batch_size=8)
+    s.submit(req(0, 0.0), 0.0)
+    s.submit(req(1, 0.0), 0.0)
+    assert s.schedule(0.0).batch == ()
+    d = s.schedule(0.0, flush=True)
+    assert ids(d) == [0, 1] and d.reason == "flush"
+    d = s.schedule(0.0, flush=True)
+    assert d.batch == () and d.reason == "idle"
+
+
+def test_flush_respects_batch_limits():
+    s = make(max_batch_size=2)
+    for i in range(3):
+        s.submit(req(i, 0.0), 0.0)
+    assert ids(s.schedule(0.0, flush=True)) == [0, 1]
+    assert ids(s.schedule(0.0, flush=True)) == [2]
+
+
+def test_drain_returns_everything_in_order():
+    s = make(max_batch_size=2)
+    for i in range(5):
+        s.submit(req(i, 0.0), 0.0)
+    assert [r.request_id for r in s.drain()] == [0, 1, 2, 3, 4]
+    assert s.queue_depth == 0
+    assert s.schedule(1.0).reason == "idle"
+    assert s.drain() == []
+
+
+def test_remove_takes_requests_out():
+    s = make(max_batch_size=8)
+    for i in range(5):
+        s.submit(req(i, i * 0.001), i * 0.001)
+    removed = s.remove([3, 1, 99])
+    assert [r.request_id for r in removed] == [1, 3]
+    assert s.queue_depth == 3
+    d = s.schedule(1.0)
+    assert ids(d) == [0, 2, 4]
+
+
+def test_remove_oldest_moves_window_to_next_oldest():
+    s = make(max_batch_size=8)
+    s.submit(req(0, 0.0), 0.0)
+    s.submit(req(1, 0.004), 0.004)
+    s.remove([0])
+    assert s.schedule(0.005).wake_at_s == pytest.approx(0.014, abs=1e-12)
+
+
+# -- feedback ---------------------------------------------------------------------------------
+
+def test_feedback_updates_utilization_window_and_stats():
+    s = make(base_window_ms=10.0, alpha=0.4, perception_window_ms=1000.0, max_batch_size=4)
+    for i in range(4):
+        s.submit(req(i, 0.0), 0.0)
+    d = s.schedule(0.0)
+    s.batch_started(d.batch, 0.0)
+    assert s.current_window_ms(0.25)[1] == 0.25      # open busy interval counts
+    s.batch_finished(d.batch, 0.0, 0.5)
+    window_ms, util = s.current_window_ms(0.5)
+    assert util == 0.5
+    assert window_ms == pytest.approx(10.0 * (1 + 0.4 * 0.25), rel=1e-12)
+    st_ = s.stats(0.5)
+    assert st_.batches == 1 and st_.requests == 4 and st_.queue_depth == 0
+    assert st_.utilization == 0.5
+    assert st_.delay_variation == 0.0                  # four equal latencies
+    # the batch took 500 ms against a 1 ms estimate: ratio clamped to 20
+    assert st_.cost_correction == pytest.approx(1.0 + 0.2 * 19.0, rel=1e-12)
+
+
+def test_failed_batch_does_not_refit_cost():
+    s = make(max_batch_size=1)
+    s.submit(req(0, 0.0), 0.0)
+    d = s.schedule(0.0)
+    s.batch_started(d.batch, 0.0)
+    s.batch_finished(d.batch, 0.0, 0.1, succeeded=False)
+    st_ = s.stats(0.1)
+    assert st_.cost_correction == 1.0
+    assert st_.batches == 1 and st_.requests == 1
+    assert st_.utilization == pytest.approx(0.1, rel=1e-12)
+
+
+def test_delay_variation_shrinks_window():
+    s = make(base_window_ms=10.0, beta=0.5, min_window_ms=1.0, max_batch_size=1)
+    for i, arrival in enumerate([0.0, 0.08]):
+        s.submit(req(i, arrival), arrival)
+    # latencies 100 ms and 20 ms -> CV = sqrt(3200)/60
+    s.batch_finished((req(0, 0.0),), 0.09, 0.1)
+    s.batch_finished((req(1, 0.08),), 0.09, 0.1)
+    cv = (3200 ** 0.5) / 60
+    window_ms, _ = s.current_window_ms(0.1)
+    assert window_ms == pytest.approx(max(10.0 * (1 - 0.5 * cv), 1.0), rel=1e-9)
+    assert window_ms < 10.0
+
+
+# -- property tests: an event loop with a fake clock -------------------------------------------
+
+arrival = st.tuples(
+    st.floats(0.0, 30.0, allow_nan=False),        # gap to previous arrival, ms
+    st.integers(1, 512),                           # sequence length
+    st.floats(10.0, 500.0, allow_nan=False),      # SLA, ms
+)
+
+
+def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slowdown: float):
+    """Drive ``sched`` with a fake clock: schedule whenever the device is free, advance to
+    the next arrival, wake-up or batch finish. Returns the dispatched batches with times."""
+    times, t = [], 0.0
+    for gap_ms, _, _ in arrivals:
+        t += gap_ms / 1000.0
+        times.append(t)
+    reqs = [req(i, times[i], seq_len=n, sla_ms=sla) for i, (_, n, sla) in enumerate(arrivals)]
+    max_window_s = sched.cfg.max_window_ms / 1000.0
+
+    now, nxt_arrival = 0.0, 0
+    pending: list[QueuedRequest] = []      # submitted, not yet dispatched (FIFO)
+    inflight, started, busy_until = None, 0.0, 0.0
+    batches = []
+    for _ in range(20 * len(reqs) + 100):
+        while nxt_arrival < len(reqs) and reqs[nxt_arrival].arrival_s <= now:
+            sched.submit(reqs[nxt_arrival], now)
+            pending.append(reqs[nxt_arrival])
+            nxt_arrival += 1
+        if inflight is not None and busy_until <= now:
+            sched.batch_finished(inflight, started, now)
+            inflight = None
+        wake = None
+        if inflight is None:
+            d = sched.schedule(now)
+            if d.batch:
+                batches.append((now, d.batch))
+                assert list(d.batch) == pending[: len(d.batch)], "not FIFO"
+                del pending[: len(d.batch)]
+                lengths = [r.seq_len for r in d.batch]
+                duration_s = formula_ms(device_cost, batch_shape(lengths)) * slowdown / 1000.0
+                sched.batch_started(d.batch, now)
+                inflight, started, busy_until = d.batch, now, now + duration_s
+                continue  # device now busy: re-evaluate at the same time
+            if pending:
+                assert d.reason == "wait"
+                assert d.wake_at_s is not None and d.wake_at_s > now
+                # liveness: an idle device never lets the oldest request wait past max window
+                assert d.wake_at_s <= pending[0].arrival_s + max_window_s + 1e-9
+                wake = d.wake_at_s
+            else:
+                assert d.reason == "idle" and d.wake_at_s is None
+        candidates = [c for c in (
+            reqs[nxt_arrival].arrival_s if nxt_arrival < len(reqs) else None,
+            wake,
+            busy_until if inflight is not None else None) if c is not None]
+        if not candidates:
+            break
+        new_now = min(candidates)
+        assert new_now >= now
+        now = new_now
+    else:
+        pytest.fail("event loop did not terminate: something waits forever")
+    return reqs, batches, sched
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrivals=st.lists(arrival, min_size=1, max_size=60),
+       max_batch_size=st.integers(1, 32),
+       max_batch_tokens=st.integers(256, 8192),
+       base_window_ms=st.floats(0.0, 20.0),
+       alpha=st.floats(0.0, 1.0),
+       beta=st.floats(0.0, 1.0),
+       slowdown=st.sampled_from([0.5, 1.0, 2.0]))
+def test_event_loop_dispatches_every_request_exactly_once(
+        arrivals, max_batch_size, max_batch_tokens, base_window_ms, alpha, beta, slowdown):
+    # T4-like device cost (ms-scale batches) with a scheduler estimate that may be off by 2x
+    device_cost = replace(CostModelConfig(), fixed_ms=1.2, per_sequence_ms=0.02,
+                          per_token_ms=0.0065, per_token_squared_ms=0.0000014)
+    cfg = replace(SchedulerConfig(), max_batch_size=max_batch_size,
+                  max_batch_tokens=max_batch_tokens, base_window_ms=base_window_ms,
+                  min_window_ms=0.0, max_window_ms=20.0, alpha=alpha, beta=beta)
+    sched = Scheduler(cfg, CostEstimator(device_cost))
+    reqs, batches, sched = run_event_loop(sched, arrivals, device_cost, slowdown)
+
+    dispatched = [r.request_id for _, batch in batches for r in batch]
+    assert sorted(dispatched) == list(range(len(reqs)))          # exactly once each
+    assert dispatched == list(range(len(reqs)))                   # in FIFO order
+    assert sched.queue_depth == 0
+    for when, batch in batches:
+        assert 1 <= len(batch) <= max_batch_size
+        if len(batch) > 1:
+            assert len(batch) * max(r.seq_len for r in batch) <= max_batch_tokens
+        assert all(r.arrival_s <= when for r in batch)
+    stats = sched.stats(max(when for when, _ in batches) + 10.0)
+    assert stats.requests == len(reqs)
+    assert stats.batches == len(batches)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrivals=st.lists(arrival, min_size=1, max_size=60))
+def test_event_loop_with_default_config(arrivals):
+    sched = Scheduler(SchedulerConfig(), CostEstimator(CostModelConfig()))
+    reqs, batches, sched = run_event_loop(sched, arrivals, CostModelConfig(), 1.0)
+    dispatched = [r.request_id for _, batch in batches for r in batch]
+    assert dispatched == list(range(len(reqs)))
+    for _, batch in batches:
+        assert len(batch) <= SchedulerConfig().max_batch_size
+        if len(batch) > 1:
+            assert len(batch) * max(r.seq_len for r in batch) <= SchedulerConfig().max_batch_tokens
+
+
+def test_event_loop_burst_forms_full_batches():
+    # 64 requests arrive together while the device is slow: batches are full, not size 1
+    device_cost = replace(FLAT_COST, fixed_ms=20.0)
+    sched = make(device_cost, max_batch_size=16)
+    arrivals = [(0.0, 32, 10_000.0)] * 64
+    _, batches, _ = run_event_loop(sched, arrivals, device_cost, 1.0)
+    assert [len(b) for _, b in batches] == [16, 16, 16, 16]
+    assert [when for when, _ in batches] == pytest.approx([0.0, 0.02, 0.04, 0.06])
