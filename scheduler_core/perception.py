@@ -88,5 +88,6 @@ class LatencyWindow:
         values = sorted(self._values(now_s))
         if not values:
             return 0.0
-        rank = min(len(values) - 1, max(0, math.ceil(q / 100.0 * len(values)) - 1))
+        # Nearest rank; the small tolerance keeps 0.07 * 100 (= 7.000000000000001) at rank 7.
+        rank = min(len(values) - 1, max(0, math.ceil(q * len(values) / 100.0 - 1e-9) - 1))
         return values[rank]

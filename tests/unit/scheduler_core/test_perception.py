@@ -134,10 +134,6 @@ def test_percentile_small_sample():
     assert w.percentile(0.0, 99) == 30.0
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="BUG: percentile computes ceil(q/100*n) in floating point; "
-                          "0.07*100 = 7.000000000000001 so P7 of 1..100 returns 8, and "
-                          "P99.9 of 1..1000 returns 1000 instead of 999 (nearest rank)")
 @pytest.mark.parametrize("q,n,expected", [(7, 100, 7.0), (99.9, 1000, 999.0)])
 def test_percentile_exact_nearest_rank_float_rounding(q, n, expected):
     w = _filled([float(v) for v in range(1, n + 1)])

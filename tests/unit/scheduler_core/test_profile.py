@@ -280,9 +280,6 @@ def test_profiles_are_frozen():
         p.scheduler.max_batch_size = 1  # type: ignore[misc]
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError,
-                   reason="BUG: load_profile catches only OSError/YAMLError; a file that is not "
-                          "UTF-8 escapes as UnicodeDecodeError without the file name")
 def test_non_utf8_file_is_a_profile_error(tmp_path):
     path = str(tmp_path / "latin.yaml")
     with open(path, "wb") as fh:
@@ -292,9 +289,6 @@ def test_non_utf8_file_is_a_profile_error(tmp_path):
     assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="BUG: _section calls float() on a huge YAML integer; OverflowError "
-                          "escapes instead of a ProfileError naming the key")
 def test_huge_integer_for_float_field_is_a_profile_error(tmp_path):
     path = str(tmp_path / "huge.yaml")
     with open(path, "w", encoding="utf-8") as fh:

@@ -422,7 +422,7 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
     return reqs, batches, sched
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arrivals=st.lists(arrival, min_size=1, max_size=60),
        max_batch_size=st.integers(1, 32),
        max_batch_tokens=st.integers(256, 8192),
