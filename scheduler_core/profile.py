@@ -76,6 +76,63 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class ControlConfig:
+    """The three-layer explicit control of the design (perception, decision, execution)."""
+
+    # Layer periods. Perception (observations) and decision (zone) run on the caller's
+    # clock; the execution layer acts on every scheduling step.
+    perception_period_ms: float = 200.0
+    control_period_ms: float = 100.0
+    # Zone indicators: at or below *_safe an indicator is safe, at or above *_danger it is
+    # in danger, in between in the no-man's land (defaults: the design's table).
+    utilization_safe: float = 0.50
+    utilization_danger: float = 0.85
+    queue_depth_safe: float = 5.0
+    queue_depth_danger: float = 15.0
+    p99_cv_safe: float = 0.10
+    p99_cv_danger: float = 0.30
+    # "all": explicit control when all three indicators are past their safe bound (the
+    # design's rule); "weighted": when the weighted pressure score reaches nml_score.
+    entry_mode: str = "all"
+    weight_utilization: float = 0.5
+    weight_queue_depth: float = 0.3
+    weight_p99_cv: float = 0.2
+    nml_score: float = 0.30
+    # Danger when the weighted pressure score reaches this (the design's 0.78).
+    danger_zone_threshold: float = 0.78
+    # Explicit control starts from this utilisation even while still "safe" (pre-warm).
+    prewarm_utilization: float = 0.65
+    # Hysteresis: leaving a zone needs the score this far below the entry level, held
+    # for min_dwell_ms.
+    hysteresis: float = 0.05
+    min_dwell_ms: float = 500.0
+    # Urgency = urgency_decay_rate ** (slack_ms / urgency_slack_unit_ms) + aging_per_s * wait_s
+    urgency_decay_rate: float = 0.85
+    urgency_slack_unit_ms: float = 10.0
+    aging_per_s: float = 0.5
+    urgent_threshold: float = 0.5
+    # Places in each explicit-mode batch kept for urgent requests, whatever their length.
+    priority_slots: int = 4
+    # Compute-aware splitting: the largest share of padding a batch may carry.
+    max_padding_waste: float = 0.30
+    # Reserved capacity: in explicit mode a batch may take at most (1 - reserved_capacity)
+    # of half the tightest SLA seen, so an urgent arrival is never stuck behind it.
+    reserved_capacity: float = 0.20
+    # Emergency policy (danger zone).
+    emergency_batch_size: int = 4
+    emergency_stop_noncritical: bool = False
+    noncritical_sla_ms: float = 200.0
+    dilution: bool = False  # the design's last resort; off unless asked for
+    dilution_gap_ms: float = 1.0
+    # Compensation batches after a P99 breach (P99 of latency/SLA above 1).
+    max_compensation: float = 2.0
+    compensation_cooldown_ms: float = 500.0
+    # Requests whose deadline cannot be met even alone and at once: "serve_late" (served
+    # after feasible work, counted) or "reject" (UNAVAILABLE at once).
+    infeasible_policy: str = "serve_late"
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     name: str
     source: str
@@ -84,6 +141,7 @@ class HardwareProfile:
     cost_model: CostModelConfig
     emulation: EmulationConfig
     scheduler: SchedulerConfig
+    control: ControlConfig = ControlConfig()
 
 
 # (low, high) inclusive bounds; None = unbounded on that side.
@@ -103,7 +161,37 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "alpha": (0.0, 5.0),
     "beta": (0.0, 5.0),
     "perception_window_ms": (10.0, 600_000.0),
+    "perception_period_ms": (10.0, 10_000.0),
+    "control_period_ms": (10.0, 10_000.0),
+    "utilization_safe": (0.0, 1.0),
+    "utilization_danger": (0.0, 1.0),
+    "queue_depth_safe": (0.0, 1_000_000.0),
+    "queue_depth_danger": (0.0, 1_000_000.0),
+    "p99_cv_safe": (0.0, 100.0),
+    "p99_cv_danger": (0.0, 100.0),
+    "weight_utilization": (0.0, 1.0),
+    "weight_queue_depth": (0.0, 1.0),
+    "weight_p99_cv": (0.0, 1.0),
+    "nml_score": (0.0, 1.0),
+    "danger_zone_threshold": (0.0, 1.0),
+    "prewarm_utilization": (0.0, 1.0),
+    "hysteresis": (0.0, 0.5),
+    "min_dwell_ms": (0.0, 600_000.0),
+    "urgency_decay_rate": (0.01, 0.999),
+    "urgency_slack_unit_ms": (0.001, 600_000.0),
+    "aging_per_s": (0.0, 1000.0),
+    "urgent_threshold": (0.0, 1.0),
+    "priority_slots": (0, 4096),
+    "max_padding_waste": (0.0, 1.0),
+    "reserved_capacity": (0.0, 0.9),
+    "emergency_batch_size": (1, 4096),
+    "noncritical_sla_ms": (0.001, 3_600_000.0),
+    "dilution_gap_ms": (0.0, 10_000.0),
+    "max_compensation": (0.0, 100.0),
+    "compensation_cooldown_ms": (0.0, 600_000.0),
 }
+ENTRY_MODES = ("all", "weighted")
+INFEASIBLE_POLICIES = ("serve_late", "reject")
 
 
 def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
@@ -137,7 +225,10 @@ def _section(cls, raw: Any, source: str, section: str):
         elif isinstance(default, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise _bad(source, dotted, value, "must be a number")
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                raise _bad(source, dotted, value, "is too large") from None
             if not math.isfinite(value):
                 raise _bad(source, dotted, value, "must be finite")
         elif isinstance(default, str):
@@ -154,7 +245,8 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
     """Validate a parsed profile document; ``source`` names it in error messages."""
     if not isinstance(raw, Mapping):
         raise _bad(source, "<document>", raw, "a profile must be a YAML mapping")
-    allowed = {"name", "description", "device_match", "cost_model", "emulation", "scheduler"}
+    allowed = {"name", "description", "device_match", "cost_model", "emulation", "scheduler",
+               "control"}
     for key in raw:
         if key not in allowed:
             raise _bad(source, str(key), raw[key], f"unknown key; expected one of {sorted(allowed)}")
@@ -176,6 +268,21 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
     if sched.min_window_ms > sched.max_window_ms:
         raise _bad(source, "scheduler.min_window_ms", sched.min_window_ms,
                    f"must not exceed scheduler.max_window_ms ({sched.max_window_ms})")
+    control = _section(ControlConfig, raw.get("control"), source, "control")
+    for key, options in (("entry_mode", ENTRY_MODES), ("infeasible_policy", INFEASIBLE_POLICIES)):
+        if getattr(control, key) not in options:
+            raise _bad(source, f"control.{key}", getattr(control, key), f"must be one of {options}")
+    for indicator in ("utilization", "queue_depth", "p99_cv"):
+        safe, danger = getattr(control, f"{indicator}_safe"), getattr(control, f"{indicator}_danger")
+        if safe >= danger:
+            raise _bad(source, f"control.{indicator}_safe", safe,
+                       f"must be below control.{indicator}_danger ({danger})")
+    if control.weight_utilization + control.weight_queue_depth + control.weight_p99_cv <= 0:
+        raise _bad(source, "control.weight_utilization", control.weight_utilization,
+                   "the three indicator weights must not all be zero")
+    if control.nml_score >= control.danger_zone_threshold:
+        raise _bad(source, "control.nml_score", control.nml_score,
+                   f"must be below control.danger_zone_threshold ({control.danger_zone_threshold})")
     return HardwareProfile(
         name=name,
         source=source,
@@ -184,6 +291,7 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
         cost_model=cost,
         emulation=emulation,
         scheduler=sched,
+        control=control,
     )
 
 
@@ -194,7 +302,7 @@ def load_profile(path: str) -> HardwareProfile:
             raw = yaml.safe_load(fh)
     except FileNotFoundError:
         raise ProfileError(f"profile {path}: file not found") from None
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ProfileError(f"profile {path}: cannot be read as YAML: {exc}") from None
     profile = profile_from_mapping(raw, source=path)
     stem = os.path.splitext(os.path.basename(path))[0]
