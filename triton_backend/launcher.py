@@ -103,8 +103,11 @@ class TritonServer:
         if self.log_path:
             self._log_file = open(self.log_path, "ab")
             out = self._log_file
+        # Own session: a terminal's Ctrl-C reaches only the launcher, which then asks the
+        # server once to stop gracefully (a second SIGINT would make it exit at once).
         self.process = subprocess.Popen(self.command(), env=server_env(), stdout=out,
-                                        stderr=subprocess.STDOUT if out else None)
+                                        stderr=subprocess.STDOUT if out else None,
+                                        start_new_session=True)
         return self
 
     def is_ready(self) -> bool:
@@ -154,6 +157,10 @@ class TritonServer:
         self.stop()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-repository", default=DEFAULT_MODEL_REPOSITORY)
@@ -164,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     grpc = args.grpc_port or args.http_port + 1
     metrics = args.metrics_port or args.http_port + 2
     server = TritonServer(args.model_repository, args.http_port, grpc, metrics)
+    # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     print(f"starting tritonserver on {server.model_repository}", flush=True)
     server.start()
     try:
