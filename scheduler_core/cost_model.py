@@ -75,6 +75,23 @@ class CostEstimator:
     def estimate_shape_ms(self, shape: BatchShape) -> float:
         return formula_ms(self.cfg, shape) * self.time_scale * self.correction
 
+    def estimate_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
+                          real_squared: int) -> float:
+        """``estimate_ms`` from running totals (no list walk): the batch former's hot path."""
+        return self.base_parts_ms(batch_size, longest, real_tokens, real_squared) * self.correction
+
+    def base_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
+                      real_squared: int) -> float:
+        """The seed formula (times ``time_scale``) without the online correction."""
+        cfg = self.cfg
+        if self.cost_mode == "ragged":
+            tokens, squared = real_tokens, real_squared
+        else:
+            tokens, squared = batch_size * longest, batch_size * longest * longest
+        raw = (cfg.fixed_ms + cfg.per_sequence_ms * batch_size + cfg.per_token_ms * tokens
+               + cfg.per_token_squared_ms * squared)
+        return raw * self.time_scale
+
     def observe(self, lengths: Sequence[int], duration_ms: float) -> None:
         """Feed back one finished batch's measured duration."""
         predicted = formula_ms(self.cfg, batch_shape(lengths, self.cost_mode)) * self.time_scale

@@ -79,6 +79,8 @@ class SchedulerConfig:
 class ControlConfig:
     """The three-layer explicit control of the design (perception, decision, execution)."""
 
+    # false: default batching only (FIFO, elastic window) - the cold-start baseline.
+    enabled: bool = True
     # Layer periods. Perception (observations) and decision (zone) run on the caller's
     # clock; the execution layer acts on every scheduling step.
     perception_period_ms: float = 200.0

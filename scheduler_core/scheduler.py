@@ -1,27 +1,49 @@
-"""The scheduler: a synchronous step function with no I/O.
+"""The scheduler: the design's three control layers as a synchronous step function.
 
 The caller (the Triton adapter, or the simulator) owns the loop and the clock:
 
-    scheduler.submit(request, now_s)          # on arrival
+    scheduler.submit(request, now_s)          # on arrival (may raise QueueFull)
     decision = scheduler.schedule(now_s)      # whenever the device is free
     scheduler.batch_started(batch, now_s)     # it dispatched decision.batch
-    scheduler.batch_finished(batch, now_s)    # the batch's responses went out
+    scheduler.batch_finished(batch, started_s, now_s)   # responses went out
 
-``schedule`` returns either a batch to run now or the time at which it wants to be asked
-again (``wake_at_s``) if nothing arrives before then.
+``schedule`` returns a batch to run now, or the time at which it wants to be asked again
+(``wake_at_s``) if nothing arrives first; requests in ``decision.rejected`` must be failed
+by the caller. No I/O, no threads, no clock reads: ``now_s`` is always passed in.
+
+Layers (periods from the profile's ``control`` section, run lazily on the caller's clock):
+
+* perception (``perception_period_ms``, 200): utilisation (the sidecar's, when fresh, else
+  the executor's measured busy fraction), queue depth, P99 and its coefficient of
+  variation, the tightest remaining SLA; every observation carries its time, so the
+  decision layer knows how old its data is.
+* decision (``control_period_ms``, 100): zone (safe / no-man's land / danger, with
+  hysteresis and pre-warm), the elastic window (as the logical clock's rate), and
+  compensation after a P99 breach.
+* execution (every ``schedule`` call): ``scheduling_decision`` - danger -> emergency policy;
+  no-man's land (or pre-warmed) -> explicit control; safe -> default dynamic batching.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from .clock import MAX_RATE, LogicalClock
 from .cost_model import CostEstimator
 from .perception import BusyTracker, LatencyWindow
-from .profile import SchedulerConfig
+from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
 from .window import ElasticWindow
+from .zones import Zone, ZoneDetector
+
+# Above this age a sidecar utilisation sample is stale: fall back to the busy fraction.
+EXTERNAL_UTILIZATION_MAX_AGE_S = 1.0
+P99_HISTORY = 10  # perception periods over which the P99 coefficient of variation is taken
+MIN_SAMPLES_FOR_COMPENSATION = 20
+INFEASIBLE = "deadline infeasible"
 
 
 class QueueFull(Exception):
@@ -32,10 +54,32 @@ class QueueFull(Exception):
 class BatchDecision:
     batch: tuple[QueuedRequest, ...]
     wake_at_s: float | None  # ask again at this time if nothing arrives; None = on arrival
-    reason: str  # why the batch was dispatched ("full", "window", "deadline") or "wait"/"idle"
+    reason: str  # why the batch went ("full", "window", "deadline", "emergency", ...) or "wait"/"idle"
     window_ms: float
     utilization: float
     estimated_ms: float  # estimated run time of ``batch`` (0 when empty)
+    # Requests taken out of the queue to be failed now (UNAVAILABLE), each with its reason:
+    # the caller must answer every one of them.
+    rejected: tuple[tuple[QueuedRequest, str], ...] = ()
+    zone: int = 0  # 0 safe, 1 no-man's land, 2 danger
+    mode: str = "default"  # default | explicit | emergency
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One perception sample (all times on the caller's clock)."""
+
+    taken_s: float
+    utilization: float
+    utilization_source: str  # "busy_fraction" or the sidecar's source (e.g. "nvml")
+    utilization_age_ms: float  # how old the utilisation reading was when taken
+    queue_depth: int
+    p99_ms: float
+    p99_cv: float
+    min_remaining_sla_ms: float  # tightest remaining SLA in the queue (inf when empty)
+
+    def age_ms(self, now_s: float) -> float:
+        return (now_s - self.taken_s) * 1000.0
 
 
 @dataclass(frozen=True)
@@ -49,66 +93,125 @@ class SchedulerStats:
     batches: int
     requests: int
     cost_correction: float
+    zone: int = 0
+    prewarmed: bool = False
+    zone_score: float = 0.0
+    observation_age_ms: float = 0.0
+    p99_ms: float = 0.0
+    p99_cv: float = 0.0
+    logical_rate: float = 1.0
+    sla_met: int = 0
+    sla_missed: int = 0
+    rejected_infeasible: int = 0
+    emergency_batches: int = 0
+    compensation_batches: int = 0
+    explicit_batches: int = 0
 
 
-def take_fifo(queue: Iterable[QueuedRequest], max_batch_size: int,
-              max_batch_tokens: int) -> list[QueuedRequest]:
+class _Entry:
+    """A queued request plus what the scheduler keeps about it."""
+
+    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms")
+
+    def __init__(self, req: QueuedRequest, logical_arrival_s: float, alone_ms: float):
+        self.req = req
+        self.seq_len = req.seq_len
+        self.logical_arrival_s = logical_arrival_s
+        self.alone_ms = alone_ms  # uncorrected estimate of running it alone
+
+
+def take_fifo(queue: Iterable, max_batch_size: int, max_batch_tokens: int) -> list:
     """The longest queue prefix within the batch-size and padded-token limits.
 
-    The first request is always taken, even alone over the token limit, so an oversized
-    request can never block the queue.
+    Items need a ``seq_len``. The first is always taken, even alone over the token limit,
+    so an oversized request can never block the queue.
     """
-    batch: list[QueuedRequest] = []
+    batch: list = []
     longest = 0
-    for req in queue:
+    for item in queue:
         if len(batch) >= max_batch_size:
             break
-        new_longest = max(longest, req.seq_len)
+        new_longest = max(longest, item.seq_len)
         if batch and new_longest * (len(batch) + 1) > max_batch_tokens:
             break
-        batch.append(req)
+        batch.append(item)
         longest = new_longest
     return batch
 
 
+def _cv(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean
+
+
 class Scheduler:
-    """Default dynamic batching with the elastic window and an SLA guard.
+    """Explicit-control batching over one device (one batch in flight at a time)."""
 
-    FIFO; a batch goes when it is full, when the oldest request has waited the elastic
-    window, or when waiting longer would make its most urgent member miss its deadline.
-    Everything already queued is drained into the batch first, so a scheduler that falls
-    behind forms full batches instead of degrading to size 1.
-    """
+    @classmethod
+    def from_profile(cls, profile: HardwareProfile, time_scale: float | None = None,
+                     control: ControlConfig | None = None) -> "Scheduler":
+        """A scheduler with the profile's settings; ``time_scale`` scales the cost estimate
+        (the emulated device's slow-down; default: the profile's own)."""
+        scale = profile.emulation.time_scale if time_scale is None else time_scale
+        estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, scale)
+        return cls(profile.scheduler, estimator, control or profile.control)
 
-    def __init__(self, cfg: SchedulerConfig, estimator: CostEstimator):
+    def __init__(self, cfg: SchedulerConfig, estimator: CostEstimator,
+                 control: ControlConfig | None = None, start_s: float = 0.0):
         self.cfg = cfg
+        self.control = control or ControlConfig()
         self.estimator = estimator
         self.window = ElasticWindow.from_config(cfg)
-        self.busy = BusyTracker(cfg.perception_window_ms / 1000.0)
-        self.latencies = LatencyWindow(cfg.perception_window_ms / 1000.0)
-        self._queue: deque[QueuedRequest] = deque()
-        self._batches = 0
-        self._requests = 0
+        self.zones = ZoneDetector(self.control)
+        self.clock = LogicalClock(start_s)
+        window_s = cfg.perception_window_ms / 1000.0
+        self.busy = BusyTracker(window_s)
+        self.latencies = LatencyWindow(window_s)
+        self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
+        self._queue: deque[_Entry] = deque()
+        self._last_perception_s = -math.inf
+        self._last_decision_s = -math.inf
+        self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
+        self._external: tuple[float, float, str] | None = None  # (value, measured_at_s, source)
+        self._window_ms = cfg.base_window_ms
+        self._tightest_sla_ms: float | None = None
+        self._period_min_sla_ms = math.inf
+        self._avg_batch_size = 1.0
+        self._compensation_size = 0
+        self._last_compensation_s = -math.inf
+        self._last_finish_s = -math.inf
+        self.observation = Observation(start_s, 0.0, "busy_fraction", 0.0, 0, 0.0, 0.0, math.inf)
+        self.counts = {"batches": 0, "requests": 0, "sla_met": 0, "sla_missed": 0,
+                       "rejected_infeasible": 0, "emergency_batches": 0,
+                       "compensation_batches": 0, "explicit_batches": 0}
 
-    # -- arrivals -------------------------------------------------------------------
+    # -- arrivals ---------------------------------------------------------------------
     def submit(self, request: QueuedRequest, now_s: float) -> None:
         """Queue a request; raises ``QueueFull`` when the queue is at its bound."""
         if len(self._queue) >= self.cfg.max_queue_size:
             raise QueueFull(f"queue holds max_queue_size={self.cfg.max_queue_size} requests")
-        self._queue.append(request)
+        n = request.seq_len
+        alone = self.estimator.base_parts_ms(1, n, n, n * n)
+        self._queue.append(_Entry(request, self.clock.now(now_s), alone))
+        if request.sla_ms < self._period_min_sla_ms:
+            self._period_min_sla_ms = request.sla_ms
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
         """Take requests out of the queue (cancelled, or failed by the adapter)."""
         wanted = set(request_ids)
-        kept, removed = deque(), []
-        for req in self._queue:
-            (removed if req.request_id in wanted else kept).append(req)
-        self._queue = kept
+        removed = [e.req for e in self._queue if e.req.request_id in wanted]
+        if removed:
+            self._queue = deque(e for e in self._queue if e.req.request_id not in wanted)
         return removed
 
     def drain(self) -> list[QueuedRequest]:
         """Empty the queue (shutdown): the caller must answer every returned request."""
-        drained = list(self._queue)
+        drained = [e.req for e in self._queue]
         self._queue.clear()
         return drained
 
@@ -116,67 +219,303 @@ class Scheduler:
     def queue_depth(self) -> int:
         return len(self._queue)
 
-    # -- decisions ------------------------------------------------------------------
-    def current_window_ms(self, now_s: float) -> tuple[float, float]:
-        util = self.busy.utilization(now_s)
-        variation = self.latencies.coefficient_of_variation(now_s)
-        return self.window.adjusted_ms(util, variation), util
+    def set_external_utilization(self, value: float, measured_at_s: float,
+                                 source: str = "sidecar") -> None:
+        """Feed a utilisation sample from the sidecar (NVML, Triton metrics)."""
+        self._external = (min(max(value, 0.0), 1.0), measured_at_s, source)
+
+    # -- perception and decision layers ------------------------------------------------
+    def tick(self, now_s: float) -> None:
+        """Run the perception and decision layers if their periods have elapsed."""
+        ctl = self.control
+        if (now_s - self._last_perception_s) * 1000.0 >= ctl.perception_period_ms:
+            self._perceive(now_s)
+        if (now_s - self._last_decision_s) * 1000.0 >= ctl.control_period_ms:
+            self._decide(now_s)
+
+    def _utilization(self, now_s: float) -> tuple[float, str, float]:
+        if self._external is not None:
+            value, measured_at, source = self._external
+            age = now_s - measured_at
+            if age <= EXTERNAL_UTILIZATION_MAX_AGE_S:
+                return value, source, age * 1000.0
+        return self.busy.utilization(now_s), "busy_fraction", 0.0
+
+    def _perceive(self, now_s: float) -> None:
+        self._last_perception_s = now_s
+        util, source, util_age_ms = self._utilization(now_s)
+        p99 = 0.0
+        if self.latencies.count(now_s):
+            p99 = self.latencies.percentile(now_s, 99)
+            self._p99_history.append(p99)
+        min_remaining = min((e.req.deadline_s for e in self._queue), default=math.inf)
+        if self._period_min_sla_ms < math.inf:
+            self._tightest_sla_ms = self._period_min_sla_ms
+            self._period_min_sla_ms = math.inf
+        self.observation = Observation(now_s, util, source, util_age_ms, len(self._queue), p99,
+                                       _cv(self._p99_history), (min_remaining - now_s) * 1000.0)
+
+    def _decide(self, now_s: float) -> None:
+        self._last_decision_s = now_s
+        obs = self.observation
+        if self.control.enabled:
+            # Queue depth is read live (it is exact and free); utilisation and P99 come
+            # from the latest observation, whose age is reported in the stats.
+            self.zones.update(now_s, obs.utilization, len(self._queue), obs.p99_cv)
+        window_ms = self.window.adjusted_ms(obs.utilization,
+                                            self.latencies.coefficient_of_variation(now_s))
+        self._window_ms = window_ms
+        base = self.cfg.base_window_ms
+        self.clock.set_rate(now_s, base / window_ms if window_ms > 0 and base > 0 else MAX_RATE)
+        if self.control.enabled:
+            self._check_compensation(now_s)
+
+    def _check_compensation(self, now_s: float) -> None:
+        """After a P99 breach, size a compensation batch: historical average batch size
+        times (1 + the current latency deviation), the deviation capped by max_compensation."""
+        ctl = self.control
+        if self.sla_ratios.count(now_s) < MIN_SAMPLES_FOR_COMPENSATION:
+            return
+        if (now_s - self._last_compensation_s) * 1000.0 < ctl.compensation_cooldown_ms:
+            return
+        p99_ratio = self.sla_ratios.percentile(now_s, 99)
+        if p99_ratio <= 1.0:
+            return
+        deviation = min(p99_ratio - 1.0, ctl.max_compensation)
+        size = round(self._avg_batch_size * (1.0 + deviation))
+        self._compensation_size = max(1, min(size, self.cfg.max_batch_size))
+        self._last_compensation_s = now_s
+
+    # -- execution layer ---------------------------------------------------------------
+    def mode(self) -> str:
+        """scheduling_decision: which policy the current zone calls for."""
+        if not self.control.enabled:
+            return "default"
+        zone = self.zones.zone
+        if zone == Zone.DANGER:
+            return "emergency"
+        if zone == Zone.NO_MANS_LAND or self.zones.prewarmed:
+            return "explicit"
+        return "default"
 
     def schedule(self, now_s: float, flush: bool = False) -> BatchDecision:
         """Decide, with the device free at ``now_s``, whether to dispatch a batch now.
 
         ``flush`` dispatches whatever is queued without waiting (shutdown drain).
         """
-        window_ms, util = self.current_window_ms(now_s)
+        self.tick(now_s)
+        util = self.observation.utilization
+        zone = int(self.zones.zone)
+        rejected: tuple = ()
+        if self.control.enabled and self.control.infeasible_policy == "reject":
+            rejected = self._take_infeasible(now_s)
+        mode = self.mode()
         if not self._queue:
-            return BatchDecision((), None, "idle", window_ms, util, 0.0)
-        cfg = self.cfg
-        candidates = take_fifo(self._queue, cfg.max_batch_size, cfg.max_batch_tokens)
-        estimated_ms = self.estimator.estimate_ms([r.seq_len for r in candidates])
-        full = len(candidates) < len(self._queue) or len(candidates) >= cfg.max_batch_size
-        window_close_s = self._queue[0].arrival_s + window_ms / 1000.0
-        latest_start_s = min(r.deadline_s for r in candidates) - estimated_ms / 1000.0
-        if full:
-            reason = "full"
-        elif flush:
-            reason = "flush"
-        elif now_s >= latest_start_s:
-            reason = "deadline"
-        elif now_s >= window_close_s:
-            reason = "window"
+            return BatchDecision((), None, "idle", self._window_ms, util, 0.0, rejected, zone, mode)
+        compensation = self._compensation_size > 0
+        if mode == "default":
+            entries, est_ms, reason, wake = self._default_batch(now_s, flush, compensation)
         else:
-            return BatchDecision((), min(window_close_s, latest_start_s), "wait",
-                                 window_ms, util, 0.0)
-        for _ in candidates:
-            self._queue.popleft()
-        return BatchDecision(tuple(candidates), None, reason, window_ms, util, estimated_ms)
+            entries, est_ms, reason, wake = self._explicit_batch(now_s, flush, compensation,
+                                                                 emergency=mode == "emergency")
+        if not entries:
+            return BatchDecision((), wake, reason, self._window_ms, util, 0.0, rejected, zone, mode)
+        self._take(entries)
+        self._count_dispatch(len(entries), mode, reason)
+        return BatchDecision(tuple(e.req for e in entries), None, reason, self._window_ms, util,
+                             est_ms, rejected, zone, mode)
 
-    # -- feedback -------------------------------------------------------------------
+    def _take(self, entries: list[_Entry]) -> None:
+        if len(entries) <= len(self._queue) and all(
+                a is b for a, b in zip(entries, self._queue)):
+            for _ in entries:  # a FIFO prefix: the common case
+                self._queue.popleft()
+            return
+        chosen = {id(e) for e in entries}
+        self._queue = deque(e for e in self._queue if id(e) not in chosen)
+
+    def _count_dispatch(self, size: int, mode: str, reason: str) -> None:
+        self._avg_batch_size += 0.1 * (size - self._avg_batch_size)
+        if reason == "compensation":
+            self.counts["compensation_batches"] += 1
+            self._compensation_size = 0
+        if reason == "emergency":
+            self.counts["emergency_batches"] += 1
+        if mode == "explicit":
+            self.counts["explicit_batches"] += 1
+
+    def _take_infeasible(self, now_s: float) -> tuple:
+        """Requests that miss their deadline even run alone and at once (reject policy)."""
+        corr = self.estimator.correction
+        doomed = [e for e in self._queue if now_s + e.alone_ms * corr / 1000.0 > e.req.deadline_s]
+        if not doomed:
+            return ()
+        self._take(doomed)
+        self.counts["rejected_infeasible"] += len(doomed)
+        return tuple((e.req, f"{INFEASIBLE}: estimated finish misses the {e.req.sla_ms:g} ms SLA")
+                     for e in doomed)
+
+    def _window_close_s(self, now_s: float) -> float:
+        oldest = self._queue[0]
+        return self.clock.physical_at(oldest.logical_arrival_s + self.cfg.base_window_ms / 1000.0,
+                                      now_s)
+
+    def _dispatch_or_wait(self, now_s: float, entries: list[_Entry], est_ms: float, full: bool,
+                          immediate: str | None, deadline_s: float):
+        """Common dispatch rule: full, immediate (flush/compensation/emergency), the SLA
+        guard (waiting longer would miss ``deadline_s``), or the elastic window."""
+        latest_start_s = deadline_s - est_ms / 1000.0
+        window_close_s = self._window_close_s(now_s)
+        if full:
+            return entries, est_ms, "full", None
+        if immediate:
+            return entries, est_ms, immediate, None
+        if now_s >= latest_start_s:
+            return entries, est_ms, "deadline", None
+        if now_s >= window_close_s:
+            return entries, est_ms, "window", None
+        return [], 0.0, "wait", min(window_close_s, latest_start_s)
+
+    def _default_batch(self, now_s: float, flush: bool, compensation: bool):
+        """Default dynamic batching: FIFO prefix, elastic window, SLA guard."""
+        cfg = self.cfg
+        cap = self._compensation_size if compensation else cfg.max_batch_size
+        entries = take_fifo(self._queue, cap, cfg.max_batch_tokens)
+        est_ms = self.estimator.estimate_ms([e.seq_len for e in entries])
+        full = len(entries) < len(self._queue) or len(entries) >= cap
+        immediate = "flush" if flush else ("compensation" if compensation else None)
+        deadline = min(e.req.deadline_s for e in entries)
+        return self._dispatch_or_wait(now_s, entries, est_ms, full and not compensation,
+                                      immediate, deadline)
+
+    def _urgency_order(self, now_s: float) -> list[tuple[float, bool, _Entry]]:
+        """Queue by SLA urgency, most urgent first: urgency_decay_rate ** (slack / unit)
+        plus aging; requests that cannot make their deadline even alone go last (aging
+        still lifts them, so nothing starves)."""
+        ctl = self.control
+        corr = self.estimator.correction
+        decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+        scored = []
+        for e in self._queue:
+            req = e.req
+            slack_ms = (req.deadline_s - now_s) * 1000.0 - e.alone_ms * corr
+            waited_s = now_s - req.arrival_s
+            if slack_ms >= 0:
+                scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
+            else:
+                scored.append((-1.0 + aging * waited_s, False, e))
+        scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
+        return scored
+
+    def _explicit_batch(self, now_s: float, flush: bool, compensation: bool, emergency: bool):
+        """Explicit control: urgency order, priority slots, compute-aware splitting by
+        length, reserved capacity; in danger, small emergency batches for urgent work."""
+        cfg, ctl, est = self.cfg, self.control, self.estimator
+        scored = self._urgency_order(now_s)
+        padded = est.cost_mode == "padded"
+        size_cap = self._compensation_size if compensation else cfg.max_batch_size
+        duration_cap_ms = math.inf
+        if not emergency and not compensation and self._tightest_sla_ms:
+            duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * self._tightest_sla_ms
+        urgent_lane = False
+        if emergency and not compensation:
+            if scored[0][1] and scored[0][0] >= ctl.urgent_threshold:
+                size_cap = min(size_cap, ctl.emergency_batch_size)
+                urgent_lane = True
+            if ctl.dilution and now_s < self._last_finish_s + ctl.dilution_gap_ms / 1000.0:
+                return [], 0.0, "dilution", self._last_finish_s + ctl.dilution_gap_ms / 1000.0
+
+        seed_u, seed_ok, seed = scored[0]
+        members = [seed]
+        longest = real = seed.seq_len
+        squared = real * real
+        deadline = seed.req.deadline_s if seed_ok else math.inf
+        slots = ctl.priority_slots - (1 if seed_ok and seed_u >= ctl.urgent_threshold else 0)
+        stop_noncritical = emergency and ctl.emergency_stop_noncritical
+        seed_noncritical = seed.req.sla_ms >= ctl.noncritical_sla_ms
+        est_ms = est.estimate_parts_ms(1, longest, real, squared)
+        # Looking far down the urgency order buys little: bound the scan.
+        for u, ok, e in scored[1:8 * size_cap]:
+            if len(members) >= size_cap:
+                break
+            n = e.seq_len
+            new_longest = longest if n <= longest else n
+            size = len(members) + 1
+            if new_longest * size > cfg.max_batch_tokens:
+                continue
+            urgent = ok and u >= ctl.urgent_threshold
+            if urgent_lane and not urgent:
+                continue
+            if stop_noncritical and (seed_noncritical or e.req.sla_ms >= ctl.noncritical_sla_ms):
+                continue
+            use_slot = urgent and slots > 0
+            if padded and not use_slot and not compensation:
+                if 1.0 - (real + n) / (new_longest * size) > ctl.max_padding_waste:
+                    continue
+            candidate_ms = est.estimate_parts_ms(size, new_longest, real + n, squared + n * n)
+            if candidate_ms > duration_cap_ms:
+                continue
+            bound = min(deadline, e.req.deadline_s) if ok else deadline
+            if now_s + candidate_ms / 1000.0 > bound:
+                continue  # adding it would make a member miss: leave it for another batch
+            members.append(e)
+            longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
+                                                        bound, candidate_ms)
+            if use_slot:
+                slots -= 1
+
+        immediate = ("flush" if flush else "compensation" if compensation
+                     else "emergency" if urgent_lane else "drain" if emergency else None)
+        return self._dispatch_or_wait(now_s, members, est_ms, len(members) >= size_cap and
+                                      not compensation, immediate, deadline)
+
+    # -- feedback ----------------------------------------------------------------------
     def batch_started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:
         self.busy.start(now_s)
 
     def batch_finished(self, batch: Sequence[QueuedRequest], started_s: float,
                        now_s: float, succeeded: bool = True) -> None:
-        """Feed back a finished batch: busy time, per-request latency, cost refit."""
+        """Feed back a finished batch: busy time, per-request latency and SLA, cost refit."""
         self.busy.stop(now_s)
-        self._batches += 1
-        self._requests += len(batch)
-        if succeeded:
-            self.estimator.observe([r.seq_len for r in batch], (now_s - started_s) * 1000.0)
-            for req in batch:
-                self.latencies.add(now_s, (now_s - req.arrival_s) * 1000.0)
+        self._last_finish_s = now_s
+        counts = self.counts
+        counts["batches"] += 1
+        counts["requests"] += len(batch)
+        if not succeeded:
+            return
+        self.estimator.observe([r.seq_len for r in batch], (now_s - started_s) * 1000.0)
+        for req in batch:
+            latency_ms = (now_s - req.arrival_s) * 1000.0
+            self.latencies.add(now_s, latency_ms)
+            self.sla_ratios.add(now_s, latency_ms / req.sla_ms)
+            counts["sla_met" if latency_ms <= req.sla_ms else "sla_missed"] += 1
 
     def stats(self, now_s: float) -> SchedulerStats:
-        window_ms, util = self.current_window_ms(now_s)
+        obs = self.observation
+        c = self.counts
         return SchedulerStats(
             queue_depth=len(self._queue),
-            window_ms=window_ms,
-            utilization=util,
+            window_ms=self._window_ms,
+            utilization=obs.utilization,
             delay_variation=self.latencies.coefficient_of_variation(now_s),
-            batches=self._batches,
-            requests=self._requests,
+            batches=c["batches"],
+            requests=c["requests"],
             cost_correction=self.estimator.correction,
+            zone=int(self.zones.zone),
+            prewarmed=self.zones.prewarmed,
+            zone_score=self.zones.score,
+            observation_age_ms=obs.age_ms(now_s),
+            p99_ms=obs.p99_ms,
+            p99_cv=obs.p99_cv,
+            logical_rate=self.clock.rate,
+            sla_met=c["sla_met"],
+            sla_missed=c["sla_missed"],
+            rejected_infeasible=c["rejected_infeasible"],
+            emergency_batches=c["emergency_batches"],
+            compensation_batches=c["compensation_batches"],
+            explicit_batches=c["explicit_batches"],
         )
 
     def __repr__(self) -> str:
-        return f"Scheduler(queue_depth={len(self._queue)}, batches={self._batches})"
+        return (f"Scheduler(queue_depth={len(self._queue)}, zone={self.zones.zone.name}, "
+                f"batches={self.counts['batches']})")

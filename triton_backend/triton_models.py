@@ -26,7 +26,6 @@ from typing import Any, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.cost_model import CostEstimator
 from scheduler_core.profile import HardwareProfile, ProfileError, load_profile, profile_path
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler
@@ -37,6 +36,7 @@ from .request_decoding import RequestError, decode_padded_batch, decode_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 STATS_LOG_PERIOD_S = 5.0
+ZONE_NAMES = ("safe", "no-mans-land", "danger")
 SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
 
 
@@ -62,7 +62,7 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
 def _load_profile(args: dict, params: dict[str, str], default_name: str) -> HardwareProfile:
     """The hardware profile named by ``hardware_profile`` (default ``default_name``), read from
     ``profile_dir`` (relative to the model repository; default ``<model>/profiles``)."""
-    model_dir = os.path.join(args["model_repository"])
+    model_dir = args["model_repository"]  # this model's own folder
     repo_root = os.path.dirname(os.path.abspath(model_dir))
     profile_dir = params.get("profile_dir") or os.path.join(os.path.basename(model_dir), "profiles")
     directory = os.path.normpath(os.path.join(repo_root, profile_dir))
@@ -178,13 +178,16 @@ class ExplicitModel:
             self.executor = BLSExecutor(inner)
         else:
             self.executor, _ = _make_executor(args, self.params)
-        emulation = self.profile.emulation
-        time_scale = emulation.time_scale if isinstance(self.executor, EmulatedDevice) else 1.0
-        estimator = CostEstimator(self.profile.cost_model, emulation.cost_mode, time_scale)
-        self.scheduler = Scheduler(self.profile.scheduler, estimator)
+        # Only the emulated device is slowed by the profile's time scale.
+        time_scale = (self.profile.emulation.time_scale
+                      if isinstance(self.executor, EmulatedDevice) else 1.0)
+        self.scheduler = Scheduler.from_profile(self.profile, time_scale)
+        self._control_period_s = self.profile.control.control_period_ms / 1000.0
+        self._last_zone = None
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._stopping = False
+        self._arrivals = 0
         self._loop_errors = 0
         self._last_stats_log = 0.0
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
@@ -214,6 +217,7 @@ class ExplicitModel:
                 else:
                     try:
                         self.scheduler.submit(queued, now)
+                        self._arrivals += 1
                         rejection = None
                     except QueueFull as exc:
                         rejection = f"queue full: {exc}"
@@ -260,15 +264,25 @@ class ExplicitModel:
         with self._cond:
             now = time.monotonic()
             decision = self.scheduler.schedule(now, flush=self._stopping)
-            if not decision.batch:
-                if self._stopping:
-                    return False
-                timeout = 0.5 if decision.wake_at_s is None else max(decision.wake_at_s - now, 0.0)
-                self._cond.wait(timeout=min(timeout, 0.5))
-                self._maybe_log_stats(time.monotonic())
-                return True
-            self.scheduler.batch_started(decision.batch, now)
-        self._run_batch(decision.batch, now)
+            arrivals_seen = self._arrivals
+            if decision.batch:
+                self.scheduler.batch_started(decision.batch, now)
+        for req, reason in decision.rejected:
+            self._send(req.handle.sender, _error(reason, pb_utils.TritonError.UNAVAILABLE))
+        self._log_zone_change(decision, now)
+        if decision.batch:
+            self._run_batch(decision.batch, now)
+            return True
+        if self._stopping:
+            return False
+        # Wake for the scheduler's own time, an arrival, or the next decision period.
+        timeout = self._control_period_s
+        if decision.wake_at_s is not None:
+            timeout = min(timeout, max(decision.wake_at_s - now, 0.0))
+        with self._cond:
+            if self._arrivals == arrivals_seen:  # nothing arrived since the decision
+                self._cond.wait(timeout=timeout)
+        self._maybe_log_stats(time.monotonic())
         return True
 
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float) -> None:
@@ -287,6 +301,16 @@ class ExplicitModel:
         with self._cond:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
 
+    def _log_zone_change(self, decision, now: float) -> None:
+        zone = (decision.zone, decision.mode)
+        if zone != self._last_zone:
+            self._last_zone = zone
+            s = self.scheduler.stats(now)
+            pb_utils.Logger.log_info(
+                f"{self.model_name}: zone={ZONE_NAMES[decision.zone]} mode={decision.mode} "
+                f"score={s.zone_score:.2f} utilization={s.utilization:.2f} "
+                f"queue_depth={s.queue_depth} p99_cv={s.p99_cv:.2f} window_ms={s.window_ms:.2f}")
+
     def _maybe_log_stats(self, now: float) -> None:
         if now - self._last_stats_log < STATS_LOG_PERIOD_S:
             return
@@ -294,9 +318,13 @@ class ExplicitModel:
         s = self.scheduler.stats(now)
         if s.batches:
             pb_utils.Logger.log_info(
-                f"{self.model_name}: window_ms={s.window_ms:.2f} utilization={s.utilization:.2f} "
-                f"queue_depth={s.queue_depth} delay_cv={s.delay_variation:.2f} "
-                f"batches={s.batches} requests={s.requests} cost_correction={s.cost_correction:.2f}")
+                f"{self.model_name}: zone={ZONE_NAMES[s.zone]} prewarmed={s.prewarmed} "
+                f"window_ms={s.window_ms:.2f} utilization={s.utilization:.2f} "
+                f"queue_depth={s.queue_depth} p99_ms={s.p99_ms:.1f} p99_cv={s.p99_cv:.2f} "
+                f"observation_age_ms={s.observation_age_ms:.0f} batches={s.batches} "
+                f"requests={s.requests} sla_met={s.sla_met} sla_missed={s.sla_missed} "
+                f"rejected={s.rejected_infeasible} emergency={s.emergency_batches} "
+                f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}")
 
     def finalize(self):
         """Stop accepting, serve what is queued (flush), then fail anything left."""

@@ -8,9 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
-from scheduler_core.profile import CostModelConfig, SchedulerConfig
+from scheduler_core.profile import ControlConfig, CostModelConfig, SchedulerConfig
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler, take_fifo
+
+# These tests pin down default dynamic batching (FIFO, elastic window, SLA guard): the
+# explicit-control layer is off; tests/unit/scheduler_core/test_explicit_control.py covers it.
+DEFAULT_BATCHING_ONLY = ControlConfig(enabled=False)
 
 # A flat 1 ms per batch, whatever its shape.
 FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,
@@ -23,7 +27,7 @@ def make(cost: CostModelConfig = FLAT_COST, **overrides) -> Scheduler:
                 max_window_ms=50.0)
     base.update(overrides)
     cfg = replace(SchedulerConfig(), **base)
-    return Scheduler(cfg, CostEstimator(cost))
+    return Scheduler(cfg, CostEstimator(cost), DEFAULT_BATCHING_ONLY)
 
 
 def req(rid: int, arrival_s: float, seq_len: int = 16, sla_ms: float = 10_000.0) -> QueuedRequest:
@@ -319,12 +323,12 @@ def test_feedback_updates_utilization_window_and_stats():
         s.submit(req(i, 0.0), 0.0)
     d = s.schedule(0.0)
     s.batch_started(d.batch, 0.0)
-    assert s.current_window_ms(0.25)[1] == 0.25      # open busy interval counts
+    s.tick(0.25)                                      # a perception period (200 ms) later
+    assert s.stats(0.25).utilization == 0.25         # open busy interval counts
     s.batch_finished(d.batch, 0.0, 0.5)
-    window_ms, util = s.current_window_ms(0.5)
-    assert util == 0.5
-    assert window_ms == pytest.approx(10.0 * (1 + 0.4 * 0.25), rel=1e-12)
+    s.tick(0.5)
     st_ = s.stats(0.5)
+    assert st_.window_ms == pytest.approx(10.0 * (1 + 0.4 * 0.25), rel=1e-12)
     assert st_.batches == 1 and st_.requests == 4 and st_.queue_depth == 0
     assert st_.utilization == 0.5
     assert st_.delay_variation == 0.0                  # four equal latencies
@@ -338,7 +342,8 @@ def test_failed_batch_does_not_refit_cost():
     d = s.schedule(0.0)
     s.batch_started(d.batch, 0.0)
     s.batch_finished(d.batch, 0.0, 0.1, succeeded=False)
-    st_ = s.stats(0.1)
+    s.tick(0.2)
+    st_ = s.stats(0.2)
     assert st_.cost_correction == 1.0
     assert st_.batches == 1 and st_.requests == 1
     assert st_.utilization == pytest.approx(0.1, rel=1e-12)
@@ -352,7 +357,8 @@ def test_delay_variation_shrinks_window():
     s.batch_finished((req(0, 0.0),), 0.09, 0.1)
     s.batch_finished((req(1, 0.08),), 0.09, 0.1)
     cv = (3200 ** 0.5) / 60
-    window_ms, _ = s.current_window_ms(0.1)
+    s.tick(0.1)
+    window_ms = s.stats(0.1).window_ms
     assert window_ms == pytest.approx(max(10.0 * (1 - 0.5 * cv), 1.0), rel=1e-9)
     assert window_ms < 10.0
 
@@ -438,7 +444,7 @@ def test_event_loop_dispatches_every_request_exactly_once(
     cfg = replace(SchedulerConfig(), max_batch_size=max_batch_size,
                   max_batch_tokens=max_batch_tokens, base_window_ms=base_window_ms,
                   min_window_ms=0.0, max_window_ms=20.0, alpha=alpha, beta=beta)
-    sched = Scheduler(cfg, CostEstimator(device_cost))
+    sched = Scheduler(cfg, CostEstimator(device_cost), DEFAULT_BATCHING_ONLY)
     reqs, batches, sched = run_event_loop(sched, arrivals, device_cost, slowdown)
 
     dispatched = [r.request_id for _, batch in batches for r in batch]
@@ -458,7 +464,7 @@ def test_event_loop_dispatches_every_request_exactly_once(
 @settings(max_examples=60, deadline=None)
 @given(arrivals=st.lists(arrival, min_size=1, max_size=60))
 def test_event_loop_with_default_config(arrivals):
-    sched = Scheduler(SchedulerConfig(), CostEstimator(CostModelConfig()))
+    sched = Scheduler(SchedulerConfig(), CostEstimator(CostModelConfig()), DEFAULT_BATCHING_ONLY)
     reqs, batches, sched = run_event_loop(sched, arrivals, CostModelConfig(), 1.0)
     dispatched = [r.request_id for _, batch in batches for r in batch]
     assert dispatched == list(range(len(reqs)))
