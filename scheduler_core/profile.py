@@ -113,10 +113,12 @@ class ControlConfig:
     urgency_slack_unit_ms: float = 10.0
     aging_per_s: float = 0.5
     urgent_threshold: float = 0.5
-    # Places in each explicit-mode batch kept for urgent requests, whatever their length.
-    priority_slots: int = 4
+    # Places in each explicit-mode batch (beyond its most urgent member) kept for urgent
+    # requests whatever their length. Default 0: in the simulator each slot cost goodput on
+    # padded devices (a long urgent member pads the whole batch); worth it on ragged ones.
+    priority_slots: int = 0
     # Compute-aware splitting: the largest share of padding a batch may carry.
-    max_padding_waste: float = 0.30
+    max_padding_waste: float = 0.15
     # Reserved capacity: in explicit mode a batch may take at most (1 - reserved_capacity)
     # of half the tightest SLA seen, so an urgent arrival is never stuck behind it.
     reserved_capacity: float = 0.20
@@ -129,9 +131,13 @@ class ControlConfig:
     # Compensation batches after a P99 breach (P99 of latency/SLA above 1).
     max_compensation: float = 2.0
     compensation_cooldown_ms: float = 500.0
+    # Shedding when behind (a full batch or more queued): a request that cannot make its
+    # deadline even in a batch of min_batch_fill * max_batch_size counts as infeasible -
+    # serving it in a tiny batch would cost the throughput everyone else needs.
+    min_batch_fill: float = 1.0
     # Requests whose deadline cannot be met even alone and at once: "serve_late" (served
     # after feasible work, counted) or "reject" (UNAVAILABLE at once).
-    infeasible_policy: str = "serve_late"
+    infeasible_policy: str = "reject"
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "urgent_threshold": (0.0, 1.0),
     "priority_slots": (0, 4096),
     "max_padding_waste": (0.0, 1.0),
+    "min_batch_fill": (0.0, 1.0),
     "reserved_capacity": (0.0, 0.9),
     "emergency_batch_size": (1, 4096),
     "noncritical_sla_ms": (0.001, 3_600_000.0),

@@ -111,13 +111,16 @@ class SchedulerStats:
 class _Entry:
     """A queued request plus what the scheduler keeps about it."""
 
-    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms")
+    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms", "efficient_ms")
 
-    def __init__(self, req: QueuedRequest, logical_arrival_s: float, alone_ms: float):
+    def __init__(self, req: QueuedRequest, logical_arrival_s: float, alone_ms: float,
+                 efficient_ms: float):
         self.req = req
         self.seq_len = req.seq_len
         self.logical_arrival_s = logical_arrival_s
-        self.alone_ms = alone_ms  # uncorrected estimate of running it alone
+        # Uncorrected estimates: running it alone, and in an efficient batch of its length.
+        self.alone_ms = alone_ms
+        self.efficient_ms = efficient_ms
 
 
 def take_fifo(queue: Iterable, max_batch_size: int, max_batch_tokens: int) -> list:
@@ -174,6 +177,7 @@ class Scheduler:
         self.latencies = LatencyWindow(window_s)
         self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
         self._queue: deque[_Entry] = deque()
+        self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
@@ -196,9 +200,13 @@ class Scheduler:
         if len(self._queue) >= self.cfg.max_queue_size:
             raise QueueFull(f"queue holds max_queue_size={self.cfg.max_queue_size} requests")
         n = request.seq_len
+        k = max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
         alone = self.estimator.base_parts_ms(1, n, n, n * n)
-        self._queue.append(_Entry(request, self.clock.now(now_s), alone))
-        if request.sla_ms < self._period_min_sla_ms:
+        efficient = self.estimator.base_parts_ms(k, n, k * n, k * n * n)
+        self._queue.append(_Entry(request, self.clock.now(now_s), alone, efficient))
+        # The tightest SLA sets the reserved capacity; one that cannot be met even alone
+        # (say, 0.5 ms) must not shrink everyone's batches.
+        if alone * self.estimator.correction <= request.sla_ms < self._period_min_sla_ms:
             self._period_min_sla_ms = request.sla_ms
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
@@ -228,9 +236,10 @@ class Scheduler:
     def tick(self, now_s: float) -> None:
         """Run the perception and decision layers if their periods have elapsed."""
         ctl = self.control
-        if (now_s - self._last_perception_s) * 1000.0 >= ctl.perception_period_ms:
+        # The epsilon keeps exact multiples of a period (0.3 - 0.2 = 0.0999...) on time.
+        if (now_s - self._last_perception_s) * 1000.0 >= ctl.perception_period_ms - 1e-9:
             self._perceive(now_s)
-        if (now_s - self._last_decision_s) * 1000.0 >= ctl.control_period_ms:
+        if (now_s - self._last_decision_s) * 1000.0 >= ctl.control_period_ms - 1e-9:
             self._decide(now_s)
 
     def _utilization(self, now_s: float) -> tuple[float, str, float]:
@@ -344,10 +353,16 @@ class Scheduler:
         if mode == "explicit":
             self.counts["explicit_batches"] += 1
 
+    def _behind(self) -> bool:
+        return len(self._queue) >= self.cfg.max_batch_size
+
     def _take_infeasible(self, now_s: float) -> tuple:
-        """Requests that miss their deadline even run alone and at once (reject policy)."""
+        """Requests that miss their deadline even run at once, alone - or, when behind, in an
+        efficient batch (reject policy)."""
         corr = self.estimator.correction
-        doomed = [e for e in self._queue if now_s + e.alone_ms * corr / 1000.0 > e.req.deadline_s]
+        behind = self._behind()
+        doomed = [e for e in self._queue if now_s + (e.efficient_ms if behind else e.alone_ms)
+                  * corr / 1000.0 > e.req.deadline_s]
         if not doomed:
             return ()
         self._take(doomed)
@@ -395,10 +410,12 @@ class Scheduler:
         ctl = self.control
         corr = self.estimator.correction
         decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+        behind = self._behind()
         scored = []
         for e in self._queue:
             req = e.req
-            slack_ms = (req.deadline_s - now_s) * 1000.0 - e.alone_ms * corr
+            slack_ms = (req.deadline_s - now_s) * 1000.0 - (
+                e.efficient_ms if behind else e.alone_ms) * corr
             waited_s = now_s - req.arrival_s
             if slack_ms >= 0:
                 scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
@@ -419,7 +436,9 @@ class Scheduler:
             duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * self._tightest_sla_ms
         urgent_lane = False
         if emergency and not compensation:
-            if scored[0][1] and scored[0][0] >= ctl.urgent_threshold:
+            # A burst (not yet a full batch behind): small batches for the most urgent.
+            # Once behind, only full, efficient batches keep the device ahead of the queue.
+            if not self._behind() and scored[0][1] and scored[0][0] >= ctl.urgent_threshold:
                 size_cap = min(size_cap, ctl.emergency_batch_size)
                 urgent_lane = True
             if ctl.dilution and now_s < self._last_finish_s + ctl.dilution_gap_ms / 1000.0:
@@ -430,7 +449,7 @@ class Scheduler:
         longest = real = seed.seq_len
         squared = real * real
         deadline = seed.req.deadline_s if seed_ok else math.inf
-        slots = ctl.priority_slots - (1 if seed_ok and seed_u >= ctl.urgent_threshold else 0)
+        slots = ctl.priority_slots
         stop_noncritical = emergency and ctl.emergency_stop_noncritical
         seed_noncritical = seed.req.sla_ms >= ctl.noncritical_sla_ms
         est_ms = est.estimate_parts_ms(1, longest, real, squared)
@@ -466,8 +485,8 @@ class Scheduler:
 
         immediate = ("flush" if flush else "compensation" if compensation
                      else "emergency" if urgent_lane else "drain" if emergency else None)
-        return self._dispatch_or_wait(now_s, members, est_ms, len(members) >= size_cap and
-                                      not compensation, immediate, deadline)
+        full = len(members) >= size_cap and not compensation and not urgent_lane
+        return self._dispatch_or_wait(now_s, members, est_ms, full, immediate, deadline)
 
     # -- feedback ----------------------------------------------------------------------
     def batch_started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:
