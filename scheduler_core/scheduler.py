@@ -5,7 +5,7 @@ The caller (the Triton adapter, or the simulator) owns the loop and the clock:
     scheduler.submit(request, now_s)          # on arrival (may raise QueueFull)
     decision = scheduler.schedule(now_s)      # whenever the device is free
     scheduler.batch_started(batch, now_s)     # it dispatched decision.batch
-    scheduler.batch_finished(batch, started_s, now_s)   # responses went out
+    scheduler.batch_finished(batch, started_s, now_s, succeeded)   # responses went out
 
 ``schedule`` returns a batch to run now, or the time at which it wants to be asked again
 (``wake_at_s``) if nothing arrives first; requests in ``decision.rejected`` must be failed
@@ -44,6 +44,8 @@ EXTERNAL_UTILIZATION_MAX_AGE_S = 1.0
 P99_HISTORY = 10  # perception periods over which the P99 coefficient of variation is taken
 MIN_SAMPLES_FOR_COMPENSATION = 20
 INFEASIBLE = "deadline infeasible"
+# One fixed message (no per-request numbers), so it also serves as a metric label.
+INFEASIBLE_REASON = f"{INFEASIBLE}: the estimated finish already misses the request's SLA"
 
 
 class QueueFull(Exception):
@@ -367,8 +369,7 @@ class Scheduler:
             return ()
         self._take(doomed)
         self.counts["rejected_infeasible"] += len(doomed)
-        return tuple((e.req, f"{INFEASIBLE}: estimated finish misses the {e.req.sla_ms:g} ms SLA")
-                     for e in doomed)
+        return tuple((e.req, INFEASIBLE_REASON) for e in doomed)
 
     def _window_close_s(self, now_s: float) -> float:
         oldest = self._queue[0]

@@ -1,0 +1,397 @@
+"""Seeded workload generation for the simulator and for perf_analyzer.
+
+A workload is a list of :class:`Arrival` (time in seconds from the start, sequence length in
+tokens, SLA in milliseconds), sorted by time. Three independent choices make it up:
+
+* an **arrival process**: :class:`Poisson`, :class:`Bursty` (on-off MMPP), :class:`Ramp`
+  (rate moving linearly from ``start_rps`` to ``end_rps``) or :class:`FlashCrowd` (a base rate
+  with a ``factor``-times spike for a window);
+* a **length mix**: :class:`LogNormalLengths` (long-tailed around 64 tokens, the same draw as
+  ``scripts/make_perf_inputs.py``) or :class:`BimodalLengths` (short/long mix);
+* an **SLA mix**: :class:`SlaMix` (default 50/100/200 ms, equal weights).
+
+Determinism: the seed is split with ``numpy.random.SeedSequence(seed).spawn(3)`` into one
+stream per choice, so the same seed gives the same arrival times whatever length or SLA mix
+is chosen (common random numbers across experiments), and the same seed gives the same list.
+
+The trace functions write a workload in perf_analyzer's formats: ``--request-intervals``
+(one inter-arrival interval in integer MICROSECONDS per line, the first measured from time 0)
+and ``--input-data`` JSON with one entry per request. The two files pair up when
+perf_analyzer replays the data entries in order on one stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+DEFAULT_SLA_CLASSES_MS = (50.0, 100.0, 200.0)
+MIN_SEQ_LEN = 16
+MAX_SEQ_LEN = 512
+CLS_ID, SEP_ID = 101, 102
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request of a workload: when it arrives (s), its length (tokens), its SLA (ms)."""
+
+    time_s: float
+    seq_len: int
+    sla_ms: float
+
+
+def _check(cond: bool, name: str, value, why: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}: {why} (got {value!r})")
+
+
+def _finite_nonneg(name: str, value: float) -> None:
+    _check(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0,
+           name, value, "must be a finite number >= 0")
+
+
+def _positive(name: str, value: float) -> None:
+    _check(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+           name, value, "must be a finite number > 0")
+
+
+def _poisson_uniform(rng: np.random.Generator, rate_rps: float, start_s: float,
+                     end_s: float) -> np.ndarray:
+    """Homogeneous Poisson arrivals on [start_s, end_s): a Poisson count of sorted uniforms."""
+    span = end_s - start_s
+    if rate_rps <= 0 or span <= 0:
+        return np.empty(0)
+    n = rng.poisson(rate_rps * span)
+    return np.sort(rng.uniform(start_s, end_s, n))
+
+
+# -- arrival processes ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Poisson:
+    """Poisson arrivals at ``rate_rps`` requests per second."""
+
+    rate_rps: float
+
+    def __post_init__(self):
+        _finite_nonneg("Poisson.rate_rps", self.rate_rps)
+
+    def times(self, rng: np.random.Generator, duration_s: float) -> np.ndarray:
+        return _poisson_uniform(rng, self.rate_rps, 0.0, duration_s)
+
+    def mean_rate_rps(self, duration_s: float) -> float:
+        return float(self.rate_rps)
+
+
+@dataclass(frozen=True)
+class Bursty:
+    """On-off Markov-modulated Poisson process: ``high_rps`` during bursts, ``low_rps``
+    between them; each dwell time is exponential with mean ``mean_high_s`` / ``mean_low_s``.
+    The first state is drawn from the stationary distribution."""
+
+    low_rps: float
+    high_rps: float
+    mean_low_s: float = 1.0
+    mean_high_s: float = 0.25
+
+    def __post_init__(self):
+        _finite_nonneg("Bursty.low_rps", self.low_rps)
+        _finite_nonneg("Bursty.high_rps", self.high_rps)
+        _positive("Bursty.mean_low_s", self.mean_low_s)
+        _positive("Bursty.mean_high_s", self.mean_high_s)
+
+    def times(self, rng: np.random.Generator, duration_s: float) -> np.ndarray:
+        p_high = self.mean_high_s / (self.mean_high_s + self.mean_low_s)
+        high = bool(rng.random() < p_high)
+        t, parts = 0.0, []
+        while t < duration_s:
+            dwell = rng.exponential(self.mean_high_s if high else self.mean_low_s)
+            end = min(t + dwell, duration_s)
+            parts.append(_poisson_uniform(rng, self.high_rps if high else self.low_rps, t, end))
+            t, high = end, not high
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def mean_rate_rps(self, duration_s: float) -> float:
+        """Stationary mean rate."""
+        total = self.mean_high_s + self.mean_low_s
+        return (self.high_rps * self.mean_high_s + self.low_rps * self.mean_low_s) / total
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """Non-homogeneous Poisson whose rate moves linearly from ``start_rps`` at time 0 to
+    ``end_rps`` at the end of the workload (generated by thinning)."""
+
+    start_rps: float
+    end_rps: float
+
+    def __post_init__(self):
+        _finite_nonneg("Ramp.start_rps", self.start_rps)
+        _finite_nonneg("Ramp.end_rps", self.end_rps)
+
+    def times(self, rng: np.random.Generator, duration_s: float) -> np.ndarray:
+        peak = max(self.start_rps, self.end_rps)
+        candidates = _poisson_uniform(rng, peak, 0.0, duration_s)
+        if candidates.size == 0:
+            return candidates
+        rate = self.start_rps + (self.end_rps - self.start_rps) * candidates / duration_s
+        return candidates[rng.random(candidates.size) * peak < rate]
+
+    def mean_rate_rps(self, duration_s: float) -> float:
+        return (self.start_rps + self.end_rps) / 2.0
+
+
+@dataclass(frozen=True)
+class FlashCrowd:
+    """``base_rps`` Poisson traffic with a ``factor``-times spike on
+    [``spike_start_s``, ``spike_start_s + spike_length_s``)."""
+
+    base_rps: float
+    factor: float = 5.0
+    spike_start_s: float = 10.0
+    spike_length_s: float = 5.0
+
+    def __post_init__(self):
+        _finite_nonneg("FlashCrowd.base_rps", self.base_rps)
+        _check(isinstance(self.factor, (int, float)) and math.isfinite(self.factor)
+               and self.factor >= 1, "FlashCrowd.factor", self.factor,
+               "must be a finite number >= 1")
+        _finite_nonneg("FlashCrowd.spike_start_s", self.spike_start_s)
+        _finite_nonneg("FlashCrowd.spike_length_s", self.spike_length_s)
+
+    def _window(self, duration_s: float) -> tuple[float, float]:
+        lo = min(self.spike_start_s, duration_s)
+        return lo, min(self.spike_start_s + self.spike_length_s, duration_s)
+
+    def times(self, rng: np.random.Generator, duration_s: float) -> np.ndarray:
+        lo, hi = self._window(duration_s)
+        return np.concatenate([
+            _poisson_uniform(rng, self.base_rps, 0.0, lo),
+            _poisson_uniform(rng, self.base_rps * self.factor, lo, hi),
+            _poisson_uniform(rng, self.base_rps, hi, duration_s),
+        ])
+
+    def mean_rate_rps(self, duration_s: float) -> float:
+        lo, hi = self._window(duration_s)
+        return self.base_rps * (1.0 + (self.factor - 1.0) * (hi - lo) / duration_s)
+
+
+ARRIVAL_PROCESSES = {"poisson": Poisson, "bursty": Bursty, "ramp": Ramp,
+                     "flash_crowd": FlashCrowd}
+
+
+def arrival_process(name: str, **params):
+    """Build an arrival process by name (``poisson``, ``bursty``, ``ramp``, ``flash_crowd``)."""
+    try:
+        cls = ARRIVAL_PROCESSES[name]
+    except KeyError:
+        raise ValueError(f"unknown arrival process {name!r}; expected one of "
+                         f"{sorted(ARRIVAL_PROCESSES)}") from None
+    return cls(**params)
+
+
+# -- sequence lengths ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LogNormalLengths:
+    """Long-tailed lengths: round(lognormal(log(median), sigma)) clipped to [lo, hi]."""
+
+    median: float = 64.0
+    sigma: float = 0.8
+    lo: int = MIN_SEQ_LEN
+    hi: int = MAX_SEQ_LEN
+
+    def __post_init__(self):
+        _positive("LogNormalLengths.median", self.median)
+        _finite_nonneg("LogNormalLengths.sigma", self.sigma)
+        _check(2 <= self.lo <= self.hi, "LogNormalLengths.lo", (self.lo, self.hi),
+               "need 2 <= lo <= hi")
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raw = rng.lognormal(mean=math.log(self.median), sigma=self.sigma, size=n)
+        return np.clip(np.round(raw), self.lo, self.hi).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BimodalLengths:
+    """A share ``long_fraction`` of long requests uniform on [long_lo, long_hi], the rest
+    short, uniform on [short_lo, short_hi] (inclusive)."""
+
+    short_lo: int = MIN_SEQ_LEN
+    short_hi: int = 64
+    long_lo: int = 256
+    long_hi: int = MAX_SEQ_LEN
+    long_fraction: float = 0.2
+
+    def __post_init__(self):
+        _check(2 <= self.short_lo <= self.short_hi, "BimodalLengths.short_lo",
+               (self.short_lo, self.short_hi), "need 2 <= short_lo <= short_hi")
+        _check(2 <= self.long_lo <= self.long_hi, "BimodalLengths.long_lo",
+               (self.long_lo, self.long_hi), "need 2 <= long_lo <= long_hi")
+        _check(0.0 <= self.long_fraction <= 1.0, "BimodalLengths.long_fraction",
+               self.long_fraction, "must be within [0, 1]")
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        is_long = rng.random(n) < self.long_fraction
+        short = rng.integers(self.short_lo, self.short_hi + 1, size=n)
+        long_ = rng.integers(self.long_lo, self.long_hi + 1, size=n)
+        return np.where(is_long, long_, short).astype(np.int64)
+
+
+# -- SLA classes ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlaMix:
+    """SLA classes (ms) and their weights (``None`` = equal)."""
+
+    classes_ms: tuple[float, ...] = DEFAULT_SLA_CLASSES_MS
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        _check(len(self.classes_ms) > 0 and all(c > 0 for c in self.classes_ms),
+               "SlaMix.classes_ms", self.classes_ms, "need at least one SLA > 0 ms")
+        if self.weights is not None:
+            _check(len(self.weights) == len(self.classes_ms)
+                   and all(w >= 0 for w in self.weights) and sum(self.weights) > 0,
+                   "SlaMix.weights", self.weights,
+                   "need one weight >= 0 per class, not all zero")
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        classes = np.asarray(self.classes_ms, dtype=float)
+        p = None
+        if self.weights is not None:
+            p = np.asarray(self.weights, dtype=float)
+            p = p / p.sum()
+        return rng.choice(classes, size=n, p=p)
+
+
+# -- workloads -------------------------------------------------------------------------------------
+
+def generate(process, duration_s: float, seed: int,
+             lengths: LogNormalLengths | BimodalLengths = LogNormalLengths(),
+             slas: SlaMix = SlaMix()) -> list[Arrival]:
+    """A workload of ``duration_s`` seconds, sorted by arrival time; same seed, same list."""
+    _positive("duration_s", duration_s)
+    time_rng, length_rng, sla_rng = (np.random.default_rng(s)
+                                     for s in np.random.SeedSequence(seed).spawn(3))
+    times = np.sort(process.times(time_rng, float(duration_s)), kind="stable")
+    n = int(times.size)
+    seq_lens = lengths.draw(length_rng, n).tolist()
+    sla_ms = slas.draw(sla_rng, n).tolist()
+    return [Arrival(t, l, s) for t, l, s in zip(times.tolist(), seq_lens, sla_ms)]
+
+
+def sample_lengths(n: int, seed: int,
+                   lengths: LogNormalLengths | BimodalLengths = LogNormalLengths()) -> list[int]:
+    """``n`` lengths of a mix, e.g. to compute a capacity for it."""
+    return lengths.draw(np.random.default_rng(seed), n).tolist()
+
+
+# -- perf_analyzer traces -----------------------------------------------------------------------
+
+def intervals_us(arrivals: Sequence[Arrival]) -> list[int]:
+    """Inter-arrival intervals in integer microseconds, the first from time 0.
+
+    Intervals are differences of the rounded absolute times, so rounding never accumulates
+    (reading them back gives every arrival within 0.5 us of its true time).
+    """
+    out, prev = [], 0
+    for a in arrivals:
+        _check(a.time_s >= 0, "Arrival.time_s", a.time_s, "must be >= 0")
+        now = int(round(a.time_s * 1e6))
+        _check(now >= prev, "arrivals", a.time_s, "must be sorted by time")
+        out.append(now - prev)
+        prev = now
+    return out
+
+
+def write_request_intervals(arrivals: Sequence[Arrival], path: str) -> None:
+    """Write a perf_analyzer ``--request-intervals`` file (microseconds, one per line)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(f"{us}\n" for us in intervals_us(arrivals))
+
+
+def read_request_intervals(path: str) -> list[float]:
+    """Arrival times (s) from a ``--request-intervals`` file."""
+    times, now = [], 0
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                us = int(text)
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: not an integer interval in us "
+                                 f"(got {text!r})") from None
+            _check(us >= 0, f"{path}:{lineno}", us, "an interval must be >= 0 us")
+            now += us
+            times.append(now / 1e6)
+    return times
+
+
+def token_ids(rng: np.random.Generator, length: int) -> list[int]:
+    """[CLS] ... [SEP] with word-piece ids from the common part of the BERT vocabulary."""
+    _check(length >= 2, "seq_len", length, "must be >= 2 ([CLS] and [SEP])")
+    return [CLS_ID, *rng.integers(1000, 30000, size=length - 2).tolist(), SEP_ID]
+
+
+def input_data(arrivals: Sequence[Arrival], seed: int = 0, include_sla: bool = True) -> dict:
+    """The ``--input-data`` document: one entry per arrival, in order. ``include_sla=False``
+    omits SLA_MS (for the native models, which declare no SLA input)."""
+    rng = np.random.default_rng(seed)
+    data = []
+    for a in arrivals:
+        entry = {"INPUT_IDS": {"content": token_ids(rng, a.seq_len), "shape": [a.seq_len]}}
+        if include_sla:
+            entry["SLA_MS"] = {"content": [float(a.sla_ms)], "shape": [1]}
+        data.append(entry)
+    return {"data": data}
+
+
+def write_input_data(arrivals: Sequence[Arrival], path: str, seed: int = 0,
+                     include_sla: bool = True) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(input_data(arrivals, seed, include_sla), fh, separators=(",", ":"))
+
+
+def read_input_data(path: str) -> list[tuple[int, float | None]]:
+    """(sequence length, SLA ms or None) per entry of an ``--input-data`` file."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise ValueError(f"{path}: expected a JSON object with a 'data' list")
+    out = []
+    for i, entry in enumerate(doc["data"]):
+        try:
+            ids = entry["INPUT_IDS"]
+            length = int(ids["shape"][0])
+            sla = entry.get("SLA_MS")
+            out.append((length, None if sla is None else float(sla["content"][0])))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: data[{i}]: malformed entry ({exc!r})") from None
+    return out
+
+
+def write_trace(arrivals: Sequence[Arrival], intervals_path: str, input_data_path: str,
+                seed: int = 0, include_sla: bool = True) -> None:
+    """Both perf_analyzer files of one workload."""
+    write_request_intervals(arrivals, intervals_path)
+    write_input_data(arrivals, input_data_path, seed, include_sla)
+
+
+def read_trace(intervals_path: str, input_data_path: str,
+               default_sla_ms: float = 200.0) -> list[Arrival]:
+    """A workload back from its two perf_analyzer files; entries without SLA_MS get
+    ``default_sla_ms``."""
+    times = read_request_intervals(intervals_path)
+    entries = read_input_data(input_data_path)
+    if len(times) != len(entries):
+        raise ValueError(f"{intervals_path} holds {len(times)} intervals but "
+                         f"{input_data_path} holds {len(entries)} entries")
+    return [Arrival(t, length, default_sla_ms if sla is None else sla)
+            for t, (length, sla) in zip(times, entries)]
