@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 import yaml
@@ -250,6 +250,23 @@ def _section(cls, raw: Any, source: str, section: str):
     return cls(**values)
 
 
+def _emulation(raw: Any, source: str) -> EmulationConfig:
+    emulation = _section(EmulationConfig, raw, source, "emulation")
+    if emulation.cost_mode not in COST_MODES:
+        raise _bad(source, "emulation.cost_mode", emulation.cost_mode, f"must be one of {COST_MODES}")
+    return emulation
+
+
+def with_emulation(profile: HardwareProfile, overrides: Mapping[str, Any],
+                   source: str) -> HardwareProfile:
+    """``profile`` with some emulation keys (``time_scale``, ``cost_mode``) replaced,
+    validated like the file's own values; ``source`` names the overrides in errors."""
+    if not overrides:
+        return profile
+    merged = {**asdict(profile.emulation), **overrides}
+    return replace(profile, emulation=_emulation(merged, source))
+
+
 def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile:
     """Validate a parsed profile document; ``source`` names it in error messages."""
     if not isinstance(raw, Mapping):
@@ -270,9 +287,7 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
         raise _bad(source, "device_match", match, "must be a list of non-empty strings")
 
     cost = _section(CostModelConfig, raw.get("cost_model"), source, "cost_model")
-    emulation = _section(EmulationConfig, raw.get("emulation"), source, "emulation")
-    if emulation.cost_mode not in COST_MODES:
-        raise _bad(source, "emulation.cost_mode", emulation.cost_mode, f"must be one of {COST_MODES}")
+    emulation = _emulation(raw.get("emulation"), source)
     sched = _section(SchedulerConfig, raw.get("scheduler"), source, "scheduler")
     if sched.min_window_ms > sched.max_window_ms:
         raise _bad(source, "scheduler.min_window_ms", sched.min_window_ms,

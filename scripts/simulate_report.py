@@ -134,7 +134,7 @@ def table(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", nargs="+", default=["t4", "a100"])
-    parser.add_argument("--loads", nargs="+", type=float, default=[0.4, 0.6, 0.7, 0.8, 0.9])
+    parser.add_argument("--loads", nargs="+", type=float, default=[0.1, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9])  # 10-20%: below the FIFO knee
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,

@@ -26,7 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.profile import HardwareProfile, ProfileError, load_profile, profile_path
+from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile, profile_path,
+                                    with_emulation)
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler
 
@@ -72,9 +73,27 @@ def _load_profile(args: dict, params: dict[str, str], default_name: str) -> Hard
             f"model repository")
     name = params.get("hardware_profile") or default_name
     try:
-        return load_profile(profile_path(directory, name))
+        profile = load_profile(profile_path(directory, name))
+        return _with_emulation_overrides(profile, params, args["model_name"])
     except ProfileError as exc:
         raise pb_utils.TritonModelException(f"model '{args['model_name']}': {exc}") from None
+
+
+def _with_emulation_overrides(profile: HardwareProfile, params: dict[str, str],
+                              model: str) -> HardwareProfile:
+    """Model-config parameters ``time_scale`` and ``cost_mode`` override the profile's
+    emulation section (benchmarks slow the emulated device, or switch padded/ragged,
+    without editing the hardware profile)."""
+    overrides: dict[str, Any] = {}
+    if params.get("cost_mode"):
+        overrides["cost_mode"] = params["cost_mode"]
+    if params.get("time_scale"):
+        try:
+            overrides["time_scale"] = float(params["time_scale"])
+        except ValueError:
+            raise ProfileError(f"model '{model}': parameter 'time_scale' must be a number, "
+                               f"got {params['time_scale']!r}") from None
+    return with_emulation(profile, overrides, source=f"model '{model}' parameters")
 
 
 def _make_executor(args: dict, params: dict[str, str]):

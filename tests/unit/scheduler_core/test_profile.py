@@ -317,3 +317,17 @@ def test_profile_path_refuses_names_that_leave_the_folder(tmp_path, name):
         profile_path(str(tmp_path), name)
     assert repr(name) in str(info.value)
     assert "letters, digits" in str(info.value)
+
+
+def test_with_emulation_overrides_time_scale_and_cost_mode():
+    from scheduler_core.profile import with_emulation
+
+    base = load_profile(T4)
+    slowed = with_emulation(base, {"time_scale": 10.0, "cost_mode": "ragged"}, source="params")
+    assert slowed.emulation.time_scale == 10.0 and slowed.emulation.cost_mode == "ragged"
+    assert slowed.cost_model == base.cost_model and base.emulation.time_scale == 1.0
+    assert with_emulation(base, {}, source="params") is base
+    with pytest.raises(ProfileError, match="params.*emulation.cost_mode.*'diagonal'"):
+        with_emulation(base, {"cost_mode": "diagonal"}, source="params")
+    with pytest.raises(ProfileError, match="emulation.time_scale"):
+        with_emulation(base, {"time_scale": 0.0}, source="params")
