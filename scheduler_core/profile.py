@@ -341,3 +341,48 @@ def profile_path(profile_dir: str, name: str) -> str:
         raise ProfileError(
             f"profile name {name!r} in {profile_dir}: use letters, digits, '_' or '-' only")
     return os.path.join(profile_dir, f"{name}.yaml")
+
+
+def load_profile_dir(profile_dir: str) -> dict[str, HardwareProfile]:
+    """Every ``*.yaml`` profile in ``profile_dir``, validated (one bad file fails all: a
+    deployment must not start on a half-valid set)."""
+    try:
+        names = sorted(f for f in os.listdir(profile_dir) if f.endswith(".yaml"))
+    except OSError as exc:
+        raise ProfileError(f"profile folder {profile_dir}: cannot be listed: {exc}") from None
+    if not names:
+        raise ProfileError(f"profile folder {profile_dir}: holds no *.yaml profile")
+    profiles = {}
+    for fname in names:
+        profile = load_profile(os.path.join(profile_dir, fname))
+        profiles[profile.name] = profile
+    return profiles
+
+
+def select_profile(profiles: Mapping[str, HardwareProfile], device_name: str | None,
+                   config_choice: str = "", env_choice: str = "",
+                   default: str = "cpu") -> tuple[str, str]:
+    """Pick a profile: the environment variable, then the model config parameter, then the
+    NVML device name (first profile whose ``device_match`` substring it contains, the
+    longest match winning: "H100" must not take an "H100 NVL" board's own profile), then
+    ``default``. Returns (name, why) - the why is logged and exported as a label."""
+    for choice, why in ((env_choice, "environment variable"),
+                        (config_choice, "model config parameter hardware_profile")):
+        if choice:
+            if choice not in profiles:
+                raise ProfileError(f"{why} names profile {choice!r}, which is not one of "
+                                   f"{sorted(profiles)}")
+            return choice, why
+    if device_name:
+        best, best_len = None, 0
+        for name, profile in sorted(profiles.items()):
+            for pattern in profile.device_match:
+                if pattern.lower() in device_name.lower() and len(pattern) > best_len:
+                    best, best_len = name, len(pattern)
+        if best is not None:
+            return best, f"NVML device '{device_name}'"
+    if default not in profiles:
+        raise ProfileError(f"no profile matches device {device_name!r} and the default "
+                           f"{default!r} is not one of {sorted(profiles)}")
+    why = f"no profile matches NVML device '{device_name}'" if device_name else "no NVML device"
+    return default, f"{why}: default"

@@ -108,6 +108,10 @@ class SchedulerStats:
     emergency_batches: int = 0
     compensation_batches: int = 0
     explicit_batches: int = 0
+    perception_ok: bool = True
+    control_period_ms: float = 0.0  # measured interval between the last two decisions
+    control_lag_ms: float = 0.0  # how late the last decision ran against control_period_ms
+    utilization_source: str = "busy_fraction"
 
 
 class _Entry:
@@ -184,6 +188,8 @@ class Scheduler:
         self._last_decision_s = -math.inf
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
         self._external: tuple[float, float, str] | None = None  # (value, measured_at_s, source)
+        self._perception_ok = True
+        self._control_period_ms = 0.0  # measured interval between the last two decisions
         self._window_ms = cfg.base_window_ms
         self._tightest_sla_ms: float | None = None
         self._period_min_sla_ms = math.inf
@@ -234,6 +240,11 @@ class Scheduler:
         """Feed a utilisation sample from the sidecar (NVML, Triton metrics)."""
         self._external = (min(max(value, 0.0), 1.0), measured_at_s, source)
 
+    def set_perception_health(self, ok: bool) -> None:
+        """False while the sidecar is unhealthy or stale: the controller then falls back to
+        safe default batching (it cannot trust what it would act on)."""
+        self._perception_ok = ok
+
     # -- perception and decision layers ------------------------------------------------
     def tick(self, now_s: float) -> None:
         """Run the perception and decision layers if their periods have elapsed."""
@@ -267,6 +278,8 @@ class Scheduler:
                                        _cv(self._p99_history), (min_remaining - now_s) * 1000.0)
 
     def _decide(self, now_s: float) -> None:
+        if self._last_decision_s > -math.inf:
+            self._control_period_ms = (now_s - self._last_decision_s) * 1000.0
         self._last_decision_s = now_s
         obs = self.observation
         if self.control.enabled:
@@ -300,7 +313,7 @@ class Scheduler:
     # -- execution layer ---------------------------------------------------------------
     def mode(self) -> str:
         """scheduling_decision: which policy the current zone calls for."""
-        if not self.control.enabled:
+        if not self.control.enabled or not self._perception_ok:
             return "default"
         zone = self.zones.zone
         if zone == Zone.DANGER:
@@ -534,6 +547,11 @@ class Scheduler:
             emergency_batches=c["emergency_batches"],
             compensation_batches=c["compensation_batches"],
             explicit_batches=c["explicit_batches"],
+            perception_ok=self._perception_ok,
+            control_period_ms=self._control_period_ms,
+            control_lag_ms=max(0.0, self._control_period_ms - self.control.control_period_ms)
+            if self._control_period_ms else 0.0,
+            utilization_source=obs.utilization_source,
         )
 
     def __repr__(self) -> str:

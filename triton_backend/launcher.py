@@ -105,7 +105,10 @@ class TritonServer:
             out = self._log_file
         # Own session: a terminal's Ctrl-C reaches only the launcher, which then asks the
         # server once to stop gracefully (a second SIGINT would make it exit at once).
-        self.process = subprocess.Popen(self.command(), env=server_env(), stdout=out,
+        env = server_env()
+        # The explicit models' perception sidecar scrapes this server's own metrics port.
+        env.setdefault("EXPLICIT_BATCHING_METRICS_URL", self.metrics_url)
+        self.process = subprocess.Popen(self.command(), env=env, stdout=out,
                                         stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True)
         return self

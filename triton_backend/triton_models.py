@@ -26,10 +26,15 @@ from typing import Any, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile, profile_path,
+from scheduler_core.cost_model import batch_shape
+from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile_dir, select_profile,
                                     with_emulation)
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler
+from sidecar.nvml import detect_device_name
+from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
+
+from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
@@ -60,23 +65,36 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
     return value
 
 
-def _load_profile(args: dict, params: dict[str, str], default_name: str) -> HardwareProfile:
-    """The hardware profile named by ``hardware_profile`` (default ``default_name``), read from
-    ``profile_dir`` (relative to the model repository; default ``<model>/profiles``)."""
+PROFILE_ENV = "EXPLICIT_BATCHING_PROFILE"
+METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
+
+
+def _load_profile(args: dict, params: dict[str, str], default_name: str
+                  ) -> tuple[HardwareProfile, str]:
+    """The hardware profile for this model and why it was chosen.
+
+    Profiles live in ``profile_dir`` (relative to the model repository; default
+    ``<model>/profiles``). Choice: the EXPLICIT_BATCHING_PROFILE environment variable, else
+    the model config parameter ``hardware_profile``, else the NVML device name, else
+    ``default_name``."""
+    model = args["model_name"]
     model_dir = args["model_repository"]  # this model's own folder
     repo_root = os.path.dirname(os.path.abspath(model_dir))
     profile_dir = params.get("profile_dir") or os.path.join(os.path.basename(model_dir), "profiles")
     directory = os.path.normpath(os.path.join(repo_root, profile_dir))
     if os.path.commonpath([directory, repo_root]) != repo_root:
         raise pb_utils.TritonModelException(
-            f"model '{args['model_name']}': parameter profile_dir={profile_dir!r} leaves the "
-            f"model repository")
-    name = params.get("hardware_profile") or default_name
+            f"model '{model}': parameter profile_dir={profile_dir!r} leaves the model repository")
+    env_choice = os.environ.get(PROFILE_ENV, "")
+    config_choice = params.get("hardware_profile", "")
     try:
-        profile = load_profile(profile_path(directory, name))
-        return _with_emulation_overrides(profile, params, args["model_name"])
+        profiles = load_profile_dir(directory)
+        # Ask NVML only when nothing names a profile: it is slow to start and absent here.
+        device = None if (env_choice or config_choice) else detect_device_name()
+        name, why = select_profile(profiles, device, config_choice, env_choice, default_name)
+        return _with_emulation_overrides(profiles[name], params, model), why
     except ProfileError as exc:
-        raise pb_utils.TritonModelException(f"model '{args['model_name']}': {exc}") from None
+        raise pb_utils.TritonModelException(f"model '{model}': {exc}") from None
 
 
 def _with_emulation_overrides(profile: HardwareProfile, params: dict[str, str],
@@ -104,7 +122,7 @@ def _make_executor(args: dict, params: dict[str, str]):
         threads = _int_parameter(params, "intra_op_threads", 1, model)
         return MiniLMEncoder(intra_op_threads=threads), None
     if kind == "emulated":
-        profile = _load_profile(args, params, "t4")
+        profile, _ = _load_profile(args, params, "t4")
         return EmulatedDevice(profile.cost_model, profile.emulation), profile
     raise pb_utils.TritonModelException(
         f"model '{model}': parameter 'executor' must be 'minilm' or 'emulated', got {kind!r}")
@@ -192,7 +210,7 @@ class ExplicitModel:
         self.params = _parameters(self.config)
         inner = self.params.get("inner_model", "")
         default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
-        self.profile = _load_profile(args, self.params, default_profile)
+        self.profile, why = _load_profile(args, self.params, default_profile)
         if inner:
             self.executor = BLSExecutor(inner)
         else:
@@ -209,13 +227,48 @@ class ExplicitModel:
         self._arrivals = 0
         self._loop_errors = 0
         self._last_stats_log = 0.0
+        self._last_flush = 0.0
+        self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
+        self._start_sidecar()
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
                                         daemon=True)
         self._thread.start()
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
-            f"({self.profile.source}); executor={type(self.executor).__name__}"
-            f"{' -> ' + inner if inner else ''}")
+            f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
+            f"{' -> ' + inner if inner else ''}; sidecar={self._sidecar_mode}")
+
+    def _start_sidecar(self) -> None:
+        """Parameter ``sidecar``: "thread" (default: in this process), "off", or
+        "file:PATH" (samples from a separate ``python -m sidecar`` process)."""
+        mode = self.params.get("sidecar", "thread") or "thread"
+        self._sidecar = None
+        self._sidecar_max_age_s = 5 * self.profile.control.perception_period_ms / 1000.0
+        if mode == "thread":
+            url = self.params.get("metrics_url") or os.environ.get(METRICS_URL_ENV, "")
+            self._sidecar = Sidecar(url or None,
+                                    self.profile.control.perception_period_ms / 1000.0,
+                                    log=pb_utils.Logger.log_info).start()
+            mode = f"thread ({url or 'NVML only'})"
+        elif mode.startswith("file:"):
+            self._sidecar = SampleFile(mode[len("file:"):])
+        elif mode != "off":
+            raise pb_utils.TritonModelException(
+                f"model '{self.model_name}': parameter 'sidecar' must be 'thread', 'off' or "
+                f"'file:PATH', got {mode!r}")
+        self._sidecar_mode = mode
+
+    def _apply_perception(self, now: float) -> float:
+        """Feed the latest sidecar sample to the scheduler (never blocks). Returns the
+        sidecar health for the metric (-1 when there is no sidecar)."""
+        if self._sidecar is None:
+            return SIDECAR_DISABLED
+        sample = self._sidecar.latest()
+        ok = usable(sample, now, self._sidecar_max_age_s)
+        self.scheduler.set_perception_health(ok)
+        if ok and sample.utilization is not None:
+            self.scheduler.set_external_utilization(sample.utilization, sample.taken_s, "nvml")
+        return HEALTH_VALUE.get(sample.health, 0.0) if sample is not None else 0.0
 
     # -- arrivals (Triton's thread) ---------------------------------------------------
     def execute(self, requests):
@@ -225,6 +278,7 @@ class ExplicitModel:
             try:
                 decoded = self._decode(request)
             except RequestError as exc:
+                self.metrics.on_rejected("invalid_input")
                 self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG))
                 continue
             sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
@@ -232,16 +286,17 @@ class ExplicitModel:
                                    _Pending(request, sender, decoded.input_ids))
             with self._cond:
                 if self._stopping:
-                    rejection = "model is shutting down"
+                    rejection, reason = "model is shutting down", "shutting_down"
                 else:
                     try:
                         self.scheduler.submit(queued, now)
                         self._arrivals += 1
-                        rejection = None
+                        rejection = reason = None
                     except QueueFull as exc:
-                        rejection = f"queue full: {exc}"
+                        rejection, reason = f"queue full: {exc}", "queue_full"
                 self._cond.notify()
             if rejection:
+                self.metrics.on_rejected(reason)
                 self._send(sender, _error(rejection, pb_utils.TritonError.UNAVAILABLE))
         return None
 
@@ -273,6 +328,7 @@ class ExplicitModel:
                     return
             except Exception:
                 self._loop_errors += 1
+                self.metrics.on_event("loop_errors_total")
                 pb_utils.Logger.log_error(
                     f"{self.model_name}: scheduler step failed (#{self._loop_errors}):\n"
                     f"{traceback.format_exc()}")
@@ -282,13 +338,21 @@ class ExplicitModel:
         """One scheduling step; False once stopping and the queue is empty."""
         with self._cond:
             now = time.monotonic()
+            sidecar_health = self._apply_perception(now)
             decision = self.scheduler.schedule(now, flush=self._stopping)
             arrivals_seen = self._arrivals
             if decision.batch:
                 self.scheduler.batch_started(decision.batch, now)
+        if decision.rejected:
+            self.metrics.on_rejected("deadline_infeasible", len(decision.rejected))
         for req, reason in decision.rejected:
             self._send(req.handle.sender, _error(reason, pb_utils.TritonError.UNAVAILABLE))
         self._log_zone_change(decision, now)
+        if now - self._last_flush >= self._control_period_s:
+            self._last_flush = now
+            with self._cond:
+                stats = self.scheduler.stats(now)
+            self.metrics.flush(stats, sidecar_health)
         if decision.batch:
             self._run_batch(decision.batch, now)
             return True
@@ -314,9 +378,16 @@ class ExplicitModel:
             for r in batch:
                 self._send(r.handle.sender, _error(f"inference failed: {exc}",
                                                    pb_utils.TritonError.INTERNAL))
+        lengths = [r.seq_len for r in batch]
+        self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste)
         if succeeded:
             for r, embedding in zip(batch, embeddings):
                 self._send(r.handle.sender, _embedding_response(embedding))
+            sent = time.monotonic()
+            for r in batch:
+                self.metrics.on_response(r.sla_ms, (sent - r.arrival_s) * 1000.0)
+        else:
+            self.metrics.on_event("batch_failures_total")
         with self._cond:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
 
@@ -351,6 +422,8 @@ class ExplicitModel:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout=SHUTDOWN_DRAIN_S)
+        if isinstance(self._sidecar, Sidecar):
+            self._sidecar.stop()
         with self._cond:
             leftovers = self.scheduler.drain()
         for r in leftovers:

@@ -27,7 +27,9 @@ def _ids(length: int) -> np.ndarray:
 def _cases() -> list[tuple]:
     cases = [(f"valid-{i}", _ids(int(n)), np.int64, sla, None)
              for i, (n, sla) in enumerate(zip(RNG.integers(3, 48, size=16),
-                                              [None, 50.0, 100.0, 200.0] * 4))]
+                                              [None, 2000.0, 5000.0, 10000.0] * 4))]
+    # (SLAs generous enough for the CPU: a tight one may be refused as infeasible, which
+    # test_infeasible_deadline_is_refused_at_once checks on its own.)
     cases += [
         ("empty", np.zeros(0, dtype=np.int64), np.int64, None, "empty"),
         ("too-long", _ids(513), np.int64, None, "limit is 512"),
@@ -190,3 +192,17 @@ def test_batches_form_under_concurrent_load(server):
     sequences, batches = after[0] - before[0], after[1] - before[1]
     assert sequences == 64
     assert batches <= 64 / 4, f"{batches} batches for 64 sequences: the queue did not batch"
+
+
+def test_infeasible_deadline_is_refused_at_once(server):
+    """A 1 ms SLA cannot be met even alone on the emulated t4 (batch-1 cost >= 1.2 ms): the
+    request is refused with UNAVAILABLE and the reason, while a feasible one is served."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException, match="deadline infeasible") as err:
+            client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 1.0))
+        assert "UNAVAILABLE" in str(err.value.status())
+        ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 500.0))
+        assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+    finally:
+        client.close()

@@ -1,0 +1,122 @@
+"""Triton's own metrics port carries every control-state metric, with plausible values,
+while the explicit model is under load."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from triton_backend.metric_catalog import COUNTERS, GAUGES, PREFIX, all_metric_names
+
+pytestmark = pytest.mark.integration
+MODEL = "emulated_explicit"
+
+
+def scrape(server) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} for this plugin's samples."""
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith(PREFIX):
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples, name, **labels) -> float:
+    want = tuple(sorted({"model": MODEL, **labels}.items()))
+    return samples.get((name, want), 0.0)
+
+
+def total(samples, name, model=MODEL, **labels) -> float:
+    return sum(v for (n, lab), v in samples.items() if n == name and dict(lab).get("model") == model
+               and all(dict(lab).get(k) == w for k, w in labels.items()))
+
+
+def _infer(server, ids, sla_ms):
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        ids_in = httpclient.InferInput("INPUT_IDS", [1, len(ids)], "INT64")
+        ids_in.set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+        sla = httpclient.InferInput("SLA_MS", [1, 1], "FP32")
+        sla.set_data_from_numpy(np.array([[sla_ms]], dtype=np.float32))
+        client.infer(MODEL, [ids_in, sla])
+        return "ok"
+    except InferenceServerException as exc:
+        return "infeasible" if "deadline infeasible" in str(exc) else "invalid"
+    finally:
+        client.close()
+
+
+def wait_for_healthy_sidecar(server, timeout_s: float = 15.0) -> None:
+    """The sidecar starts while the server is still loading (its metrics port not up yet)
+    and backs off; it reports healthy within one backoff period once the port answers."""
+    deadline = time.monotonic() + timeout_s
+    while value(scrape(server), PREFIX + "sidecar_health") != 1.0:
+        assert time.monotonic() < deadline, "the sidecar never became healthy"
+        time.sleep(0.2)
+
+
+def test_every_control_metric_is_exported_with_plausible_values(server):
+    wait_for_healthy_sidecar(server)
+    before = scrape(server)
+    rng = np.random.default_rng(5)
+    work = [([101, *rng.integers(1000, 30000, size=int(n)), 102], 2000.0)
+            for n in rng.integers(8, 120, size=120)]
+    work += [([101, 0, 102], 2000.0)] * 5       # invalid: padding id
+    work += [([101, 2000, 102], 0.5)] * 5       # infeasible: 0.5 ms SLA
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        outcomes = list(pool.map(lambda w: _infer(server, *w), work))
+    assert outcomes.count("ok") == 120 and outcomes.count("invalid") == 5
+    assert outcomes.count("infeasible") == 5
+    time.sleep(0.5)  # the loop flushes metrics once per control period (100 ms)
+    after = scrape(server)
+
+    names = {n for n, _ in after}
+    for family in all_metric_names():
+        assert any(n == family or n.startswith(family + "_") for n in names), family
+
+    zone = value(after, PREFIX + "zone")
+    assert zone in (0.0, 1.0, 2.0)
+    assert 0.5 <= value(after, PREFIX + "window_ms") <= 20.0          # t4 profile bounds
+    assert value(after, PREFIX + "queue_depth") >= 0
+    assert 0.0 <= value(after, PREFIX + "utilization_ratio") <= 1.0
+    assert value(after, PREFIX + "sidecar_health") == 1.0              # endpoint up, no NVML
+    assert 0.0 <= value(after, PREFIX + "observation_age_ms") < 1000.0
+    assert 50.0 <= value(after, PREFIX + "control_period_ms") <= 1000.0
+    assert value(after, PREFIX + "control_lag_ms") >= 0.0
+    assert 0.05 <= value(after, PREFIX + "cost_correction_ratio") <= 20.0
+    assert value(after, PREFIX + "profile_info", profile="t4",
+                 reason="model config parameter hardware_profile") == 1.0
+
+    def delta(name, **labels):
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    # Every served request is in one batch and one SLA outcome; the refusals by reason.
+    assert delta(PREFIX + "batch_size_sum") == 120
+    assert 1 <= delta(PREFIX + "batch_size_count") <= 120
+    assert delta(PREFIX + "padding_waste_ratio_count") == delta(PREFIX + "batch_size_count")
+    assert delta(PREFIX + "sla_requests_total") == 120
+    assert delta(PREFIX + "sla_requests_total", outcome="met") >= 100
+    assert delta(PREFIX + "sla_requests_total", sla_class="le1000ms") == 0  # all 2000 ms
+    assert delta(PREFIX + "rejected_requests_total", reason="invalid_input") == 5
+    assert delta(PREFIX + "rejected_requests_total", reason="deadline_infeasible") == 5
+    for counter in COUNTERS:
+        assert delta(PREFIX + counter) >= 0
+    assert set(GAUGES) <= {n[len(PREFIX):] for n in names}
+
+
+def test_minilm_profile_chosen_without_nvml(server):
+    samples = scrape(server)
+    reasons = [dict(lab) for (n, lab), v in samples.items()
+               if n == PREFIX + "profile_info" and dict(lab)["model"] == "minilm_explicit"]
+    assert reasons == [{"model": "minilm_explicit", "profile": "cpu",
+                        "reason": "no NVML device: default"}]

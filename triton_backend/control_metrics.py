@@ -1,0 +1,115 @@
+"""Control-state metrics on Triton's own metrics port (``pb_utils.MetricFamily``).
+
+The scheduler core exports plain numbers (``SchedulerStats``); this module turns them into
+Prometheus families with unit suffixes and small, fixed label sets. Per-request and
+per-batch events are counted locally and flushed once per ``flush()`` (the adapter calls it
+every control period): each metric update is a message to the server process, too dear
+for the per-request path.
+
+The families are kept referenced for the model's whole life: a ``Metric`` whose family
+was garbage-collected raises on ``set()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import triton_python_backend_utils as pb_utils
+
+from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, GAUGES, HISTOGRAMS, LABELLED,
+                             PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
+                             SLA_CLASSES, sla_class)
+
+
+class ControlMetrics:
+    def __init__(self, model: str, profile: str, profile_reason: str):
+        labels = {"model": model}
+        self._families = []  # keep every family alive (see the module docstring)
+
+        def family(name, description, kind):
+            fam = pb_utils.MetricFamily(name=PREFIX + name, description=description, kind=kind)
+            self._families.append(fam)
+            return fam
+
+        self._gauges = {name: family(name, text, pb_utils.MetricFamily.GAUGE).Metric(labels=labels)
+                        for name, text in GAUGES.items()}
+        self._counters = {name: family(name, text, pb_utils.MetricFamily.COUNTER).Metric(
+            labels=labels) for name, text in COUNTERS.items()}
+        sla = family("sla_requests_total", LABELLED["sla_requests_total"],
+                     pb_utils.MetricFamily.COUNTER)
+        self._sla = {(cls, outcome): sla.Metric(labels={**labels, "sla_class": cls,
+                                                        "outcome": outcome})
+                     for _, cls in SLA_CLASSES for outcome in ("met", "missed")}
+        rejected = family("rejected_requests_total", LABELLED["rejected_requests_total"],
+                          pb_utils.MetricFamily.COUNTER)
+        self._rejected = {r: rejected.Metric(labels={**labels, "reason": r})
+                          for r in REJECT_REASONS}
+        self._batch_size = family("batch_size", HISTOGRAMS["batch_size"],
+                                  pb_utils.MetricFamily.HISTOGRAM).Metric(
+            labels=labels, buckets=BATCH_SIZE_BUCKETS)
+        self._padding = family("padding_waste_ratio", HISTOGRAMS["padding_waste_ratio"],
+                               pb_utils.MetricFamily.HISTOGRAM).Metric(
+            labels=labels, buckets=PADDING_WASTE_BUCKETS)
+        info = family("profile_info", LABELLED["profile_info"], pb_utils.MetricFamily.GAUGE)
+        info.Metric(labels={**labels, "profile": profile, "reason": profile_reason}).set(1)
+
+        self._lock = threading.Lock()  # events come from Triton's thread and the loop
+        self._pending_sla: Counter = Counter()
+        self._pending_rejected: Counter = Counter()
+        self._pending_counters: Counter = Counter()
+        self._pending_batches: list[tuple[int, float]] = []
+        self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
+
+    # -- events (cheap: counted locally) -------------------------------------------------
+    def on_response(self, sla_ms: float, latency_ms: float) -> None:
+        key = (sla_class(sla_ms), "met" if latency_ms <= sla_ms else "missed")
+        with self._lock:
+            self._pending_sla[key] += 1
+
+    def on_rejected(self, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self._pending_rejected[reason] += count
+
+    def on_batch(self, size: int, padding_waste: float) -> None:
+        with self._lock:
+            self._pending_batches.append((size, padding_waste))
+
+    def on_event(self, counter: str) -> None:
+        with self._lock:
+            self._pending_counters[counter] += 1
+
+    # -- publishing ----------------------------------------------------------------------
+    def flush(self, stats, sidecar_health: float) -> None:
+        """Publish the gauges from ``stats`` and everything counted since the last flush."""
+        g = self._gauges
+        g["zone"].set(stats.zone)
+        g["prewarmed"].set(1.0 if stats.prewarmed else 0.0)
+        g["window_ms"].set(stats.window_ms)
+        g["queue_depth"].set(stats.queue_depth)
+        g["utilization_ratio"].set(stats.utilization)
+        g["observation_age_ms"].set(stats.observation_age_ms)
+        g["control_period_ms"].set(stats.control_period_ms)
+        g["control_lag_ms"].set(stats.control_lag_ms)
+        g["sidecar_health"].set(sidecar_health)
+        g["cost_correction_ratio"].set(stats.cost_correction)
+        for name, total in (("emergency_batches_total", stats.emergency_batches),
+                            ("compensation_batches_total", stats.compensation_batches)):
+            delta = total - self._published_counts[name]
+            if delta > 0:
+                self._counters[name].increment(delta)
+                self._published_counts[name] = total
+        with self._lock:
+            counters, self._pending_counters = self._pending_counters, Counter()
+            sla, self._pending_sla = self._pending_sla, Counter()
+            rejected, self._pending_rejected = self._pending_rejected, Counter()
+            batches, self._pending_batches = self._pending_batches, []
+        for name, n in counters.items():
+            self._counters[name].increment(n)
+        for key, n in sla.items():
+            self._sla[key].increment(n)
+        for reason, n in rejected.items():
+            self._rejected[reason].increment(n)
+        for size, waste in batches:
+            self._batch_size.observe(size)
+            self._padding.observe(waste)
