@@ -1,0 +1,222 @@
+"""The sidecar loop: scrape Triton's metrics endpoint and read NVML every period, keep the
+latest sample, back off on failure, never block a reader.
+
+Readers call ``latest()``: one attribute read of an immutable sample, so the scheduling
+thread never waits on the sidecar. Every sample carries ``taken_s`` (monotonic seconds;
+on Linux CLOCK_MONOTONIC is shared by all processes, so samples written by a separate
+sidecar process compare with the reader's clock) and a health verdict.
+
+Transport for the separate-process mode (``python -m sidecar``): the sidecar writes each
+sample as JSON to a file (atomically: write a temporary file, then ``os.replace``), and
+every model instance reads it when its mtime changes. One writer, many readers, no
+locks, no ports to allocate, and a dead sidecar shows up as a stale ``taken_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .nvml import NvmlReader, NvmlSample, NvmlUnavailable
+from .triton_metrics import MetricsParseError, ModelRates, TritonMetrics, parse_metrics, rates
+
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+HEALTH_OK, HEALTH_DEGRADED, HEALTH_DOWN = "ok", "degraded", "down"
+HEALTH_VALUE = {HEALTH_OK: 1.0, HEALTH_DEGRADED: 0.5, HEALTH_DOWN: 0.0}
+DOWN_AFTER_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class PerceptionSample:
+    taken_s: float
+    health: str  # ok | degraded | down
+    endpoint_ok: bool | None  # None: no endpoint configured
+    nvml_available: bool
+    utilization: float | None  # NVML GPU utilisation (0..1) where there is NVML
+    nvml: NvmlSample | None = None
+    models: dict[str, ModelRates] = field(default_factory=dict)
+    error: str = ""
+
+    def age_ms(self, now_s: float) -> float:
+        return (now_s - self.taken_s) * 1000.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), allow_nan=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "PerceptionSample":
+        raw = json.loads(text)
+        nvml = NvmlSample(**raw["nvml"]) if raw.get("nvml") else None
+        models = {k: ModelRates(**v) for k, v in raw.get("models", {}).items()}
+        return cls(**{**raw, "nvml": nvml, "models": models})
+
+
+def fetch_url(url: str, timeout_s: float) -> str:
+    """GET the metrics page (at most MAX_PAGE_BYTES)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        body = resp.read(MAX_PAGE_BYTES + 1)
+    if len(body) > MAX_PAGE_BYTES:
+        raise MetricsParseError(f"metrics page larger than {MAX_PAGE_BYTES} bytes")
+    return body.decode("utf-8", errors="replace")
+
+
+class Sidecar:
+    """Perception sidecar. ``poll_once()`` is one step (tests drive it directly);
+    ``start()`` runs it in a daemon thread every ``period_s``, backing off after failures."""
+
+    def __init__(self, metrics_url: str | None, period_s: float = 0.2, timeout_s: float = 0.5,
+                 nvml: NvmlReader | None = None, clock: Callable[[], float] = time.monotonic,
+                 fetch: Callable[[str, float], str] = fetch_url,
+                 log: Callable[[str], None] = print, max_backoff_s: float = 2.0):
+        if period_s <= 0 or timeout_s <= 0:
+            raise ValueError(f"period_s and timeout_s must be positive "
+                             f"(got {period_s!r}, {timeout_s!r})")
+        self.metrics_url = metrics_url or None
+        self.period_s = period_s
+        self.timeout_s = timeout_s
+        self.max_backoff_s = max_backoff_s
+        self._clock, self._fetch, self._log = clock, fetch, log
+        self._nvml = nvml if nvml is not None else NvmlReader()
+        self._nvml_open = False
+        self._nvml_said_absent = False
+        self._nvml_failures = 0
+        self._endpoint_failures = 0
+        self._previous: tuple[float, TritonMetrics] | None = None
+        self._latest: PerceptionSample | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sink: Callable[[PerceptionSample], None] | None = None
+
+    # -- reading ------------------------------------------------------------------------
+    def latest(self) -> PerceptionSample | None:
+        return self._latest
+
+    # -- one step -----------------------------------------------------------------------
+    def poll_once(self) -> PerceptionSample:
+        errors = []
+        nvml_sample = self._read_nvml(errors)
+        models: dict[str, ModelRates] = {}
+        endpoint_ok = None
+        if self.metrics_url:
+            endpoint_ok = False
+            try:
+                page = self._fetch(self.metrics_url, self.timeout_s)
+                scraped_at = self._clock()
+                metrics = parse_metrics(page)
+                if self._previous is not None and scraped_at > self._previous[0]:
+                    models = rates(self._previous[1], metrics, scraped_at - self._previous[0])
+                self._previous = (scraped_at, metrics)
+                endpoint_ok = True
+                self._endpoint_failures = 0
+            except Exception as exc:  # down, slow (timeout), garbage: all the same here
+                self._endpoint_failures += 1
+                errors.append(f"metrics endpoint: {type(exc).__name__}: {exc}")
+        nvml_failed = self._nvml_failures > 0
+        if endpoint_ok is False and self._endpoint_failures >= DOWN_AFTER_FAILURES:
+            health = HEALTH_DOWN
+        elif endpoint_ok is False or nvml_failed:
+            health = HEALTH_DEGRADED
+        else:
+            health = HEALTH_OK
+        sample = PerceptionSample(
+            taken_s=self._clock(), health=health, endpoint_ok=endpoint_ok,
+            nvml_available=self._nvml_open,
+            utilization=nvml_sample.gpu_utilization if nvml_sample else None,
+            nvml=nvml_sample, models=models, error="; ".join(errors))
+        self._latest = sample
+        return sample
+
+    def _read_nvml(self, errors: list[str]) -> NvmlSample | None:
+        if not self._nvml_open:
+            if self._nvml_said_absent and self._nvml_failures == 0:
+                return None  # absent from the start: a normal state, asked once
+            try:
+                name = self._nvml.open()
+                self._nvml_open = True
+                self._log(f"sidecar: NVML device 0 is '{name}'")
+            except NvmlUnavailable as exc:
+                if not self._nvml_said_absent:
+                    self._nvml_said_absent = True
+                    self._log(f"sidecar: {exc}; utilisation comes from the executor's "
+                              f"measured busy fraction")
+                if self._nvml_failures:
+                    errors.append(f"NVML: {exc}")
+                return None
+        try:
+            sample = self._nvml.read()
+            self._nvml_failures = 0
+            return sample
+        except Exception as exc:  # the driver failed mid-run: reopen on the next poll
+            self._nvml_failures += 1
+            self._nvml_open = False
+            self._nvml.close()
+            errors.append(f"NVML read failed: {type(exc).__name__}: {exc}")
+            return None
+
+    # -- the thread ---------------------------------------------------------------------
+    def next_delay_s(self) -> float:
+        """Period, doubled per consecutive failure up to ``max_backoff_s``."""
+        failures = max(self._endpoint_failures, self._nvml_failures)
+        return min(self.period_s * (2 ** failures), max(self.max_backoff_s, self.period_s))
+
+    def start(self, sink: Callable[[PerceptionSample], None] | None = None) -> "Sidecar":
+        self._sink = sink
+        self._thread = threading.Thread(target=self._run, name="perception-sidecar", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sample = self.poll_once()
+                if self._sink is not None:
+                    self._sink(sample)
+            except Exception as exc:  # never let the sidecar thread die
+                self._log(f"sidecar: poll failed: {type(exc).__name__}: {exc}")
+            self._stop.wait(self.next_delay_s())
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+        self._nvml.close()
+
+
+class SampleFile:
+    """The separate-process transport: one JSON sample in a file, replaced atomically."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._mtime_ns = -1
+        self._cached: PerceptionSample | None = None
+
+    def write(self, sample: PerceptionSample) -> None:
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(sample.to_json())
+        os.replace(tmp, self.path)
+
+    def latest(self) -> PerceptionSample | None:
+        """The newest sample, re-read only when the file changed; None if unreadable."""
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+            if mtime != self._mtime_ns:
+                with open(self.path, encoding="utf-8") as fh:
+                    self._cached = PerceptionSample.from_json(fh.read())
+                self._mtime_ns = mtime
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        return self._cached
+
+
+def usable(sample: PerceptionSample | None, now_s: float, max_age_s: float) -> bool:
+    """A sample the controller may act on: healthy and fresh."""
+    return (sample is not None and sample.health == HEALTH_OK
+            and 0 <= now_s - sample.taken_s <= max_age_s and not math.isnan(sample.taken_s))

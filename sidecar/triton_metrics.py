@@ -1,0 +1,123 @@
+"""Triton's Prometheus metrics page -> typed per-model counters, and counters -> rates.
+
+Parsed with ``prometheus_client``'s text parser (no hand-written regexes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Triton per-model counters (cumulative) and the one per-model gauge.
+_COUNTERS = {
+    "nv_inference_request_success": "success",
+    "nv_inference_request_failure": "failure",
+    "nv_inference_count": "inferences",
+    "nv_inference_exec_count": "executions",
+    "nv_inference_request_duration_us": "request_us",
+    "nv_inference_queue_duration_us": "queue_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_us",
+}
+_GAUGES = {"nv_inference_pending_request_count": "pending"}
+_GPU = {"nv_gpu_utilization": "gpu_utilization", "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
+        "nv_gpu_memory_total_bytes": "gpu_memory_total_bytes", "nv_gpu_power_usage": "gpu_power_w"}
+
+
+class MetricsParseError(ValueError):
+    """The page is not a Prometheus text exposition Triton would serve."""
+
+
+@dataclass
+class ModelCounters:
+    success: float = 0.0
+    failure: float = 0.0  # summed over Triton's failure reasons
+    inferences: float = 0.0
+    executions: float = 0.0
+    request_us: float = 0.0
+    queue_us: float = 0.0
+    compute_infer_us: float = 0.0
+    pending: float = 0.0
+
+
+@dataclass
+class TritonMetrics:
+    """One scrape: per-model counters and, where Triton exports them, GPU gauges."""
+
+    models: dict[str, ModelCounters] = field(default_factory=dict)
+    gpu: dict[str, float] = field(default_factory=dict)  # summed over GPUs
+    cpu_utilization: float | None = None
+
+
+def parse_metrics(text: str) -> TritonMetrics:
+    """Parse a metrics page; raises ``MetricsParseError`` on anything that is not one."""
+    out = TritonMetrics()
+    seen_triton = False
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name.endswith("_total") and name[:-6] in _COUNTERS:
+                    name = name[:-6]  # the parser may append _total to counter samples
+                if name in _COUNTERS or name in _GAUGES:
+                    seen_triton = True
+                    model = sample.labels.get("model", "")
+                    counters = out.models.setdefault(model, ModelCounters())
+                    attr = _COUNTERS.get(name) or _GAUGES[name]
+                    setattr(counters, attr, getattr(counters, attr) + float(sample.value))
+                elif name in _GPU:
+                    out.gpu[_GPU[name]] = out.gpu.get(_GPU[name], 0.0) + float(sample.value)
+                elif name == "nv_cpu_utilization":
+                    out.cpu_utilization = float(sample.value)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsParseError(f"not a Prometheus metrics page: {exc}") from None
+    if not seen_triton:
+        raise MetricsParseError("no Triton per-model metrics (nv_inference_*) on the page")
+    return out
+
+
+@dataclass(frozen=True)
+class ModelRates:
+    """What happened to one model between two scrapes."""
+
+    interval_s: float
+    requests_per_s: float
+    failures_per_s: float
+    inferences_per_s: float
+    executions_per_s: float
+    avg_batch_size: float  # inferences per execution
+    avg_request_ms: float
+    avg_queue_ms: float
+    compute_busy_fraction: float  # compute time per wall time (per instance, summed)
+    pending: float
+
+
+def rates(before: TritonMetrics, after: TritonMetrics, interval_s: float) -> dict[str, ModelRates]:
+    """Per-model rates between two scrapes ``interval_s`` apart. A counter that went down
+    (server restart, model reload) restarts from zero instead of giving a negative rate."""
+    if interval_s <= 0:
+        raise ValueError(f"interval_s must be positive, got {interval_s!r}")
+    out = {}
+    for model, now in after.models.items():
+        prev = before.models.get(model, ModelCounters())
+        reset = now.success + now.failure < prev.success + prev.failure
+
+        def delta(attr: str) -> float:
+            cur = getattr(now, attr)
+            return cur if reset else max(cur - getattr(prev, attr), 0.0)
+
+        requests = delta("success") + delta("failure")
+        executions = delta("executions")
+        out[model] = ModelRates(
+            interval_s=interval_s,
+            requests_per_s=requests / interval_s,
+            failures_per_s=delta("failure") / interval_s,
+            inferences_per_s=delta("inferences") / interval_s,
+            executions_per_s=executions / interval_s,
+            avg_batch_size=delta("inferences") / executions if executions else 0.0,
+            avg_request_ms=delta("request_us") / 1000.0 / requests if requests else 0.0,
+            avg_queue_ms=delta("queue_us") / 1000.0 / requests if requests else 0.0,
+            compute_busy_fraction=delta("compute_infer_us") / 1e6 / interval_s,
+            pending=now.pending,
+        )
+    return out
