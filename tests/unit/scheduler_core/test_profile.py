@@ -331,3 +331,74 @@ def test_with_emulation_overrides_time_scale_and_cost_mode():
         with_emulation(base, {"cost_mode": "diagonal"}, source="params")
     with pytest.raises(ProfileError, match="emulation.time_scale"):
         with_emulation(base, {"time_scale": 0.0}, source="params")
+
+
+# -- profile folders and selection -------------------------------------------------------------
+
+EMULATED_DIR = os.path.dirname(T4)
+MINILM_DIR = os.path.join(REPO_ROOT, "model_repository", "minilm_explicit", "profiles")
+
+
+@pytest.mark.parametrize("folder", [EMULATED_DIR, MINILM_DIR])
+def test_each_model_ships_every_hardware_class(folder):
+    from scheduler_core.profile import load_profile_dir
+
+    assert set(load_profile_dir(folder)) == {"cpu", "t4", "a100", "h100", "h200", "cdna", "gaudi"}
+
+
+@pytest.mark.parametrize("device,expected", [
+    ("Tesla T4", "t4"), ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA A100 80GB PCIe", "a100"),
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200")])
+def test_profile_chosen_by_nvml_device_name(device, expected):
+    from scheduler_core.profile import load_profile_dir, select_profile
+
+    name, why = select_profile(load_profile_dir(MINILM_DIR), device)
+    assert name == expected
+    assert why == f"NVML device '{device}'"
+
+
+def test_profile_selection_order_env_then_config_then_device_then_default():
+    from scheduler_core.profile import load_profile_dir, select_profile
+
+    profiles = load_profile_dir(EMULATED_DIR)
+    assert select_profile(profiles, "Tesla T4", config_choice="a100", env_choice="h100") == (
+        "h100", "environment variable")
+    assert select_profile(profiles, "Tesla T4", config_choice="a100") == (
+        "a100", "model config parameter hardware_profile")
+    assert select_profile(profiles, None) == ("cpu", "no NVML device: default")
+    assert select_profile(profiles, "NVIDIA GeForce RTX 4090") == (
+        "cpu", "no profile matches NVML device 'NVIDIA GeForce RTX 4090': default")
+
+
+def test_longest_device_match_wins(tmp_path):
+    from scheduler_core.profile import load_profile_dir, select_profile
+
+    for name, match in (("h100", '["H100"]'), ("h100nvl", '["H100 NVL"]')):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ndevice_match: {match}\n")
+    assert select_profile(load_profile_dir(str(tmp_path)), "NVIDIA H100 NVL")[0] == "h100nvl"
+    assert select_profile(load_profile_dir(str(tmp_path)), "NVIDIA H100 PCIe")[0] == "h100"
+
+
+def test_unknown_profile_named_by_override_is_an_error():
+    from scheduler_core.profile import load_profile_dir, select_profile
+
+    profiles = load_profile_dir(EMULATED_DIR)
+    with pytest.raises(ProfileError, match="environment variable names profile 'v100'"):
+        select_profile(profiles, None, env_choice="v100")
+    with pytest.raises(ProfileError, match="hardware_profile names profile 'x'"):
+        select_profile(profiles, None, config_choice="x")
+
+
+def test_one_bad_file_fails_the_whole_folder(tmp_path):
+    from scheduler_core.profile import load_profile_dir
+
+    (tmp_path / "good.yaml").write_text("name: good\n")
+    (tmp_path / "bad.yaml").write_text("name: bad\nscheduler:\n  alpha: -1\n")
+    with pytest.raises(ProfileError, match=r"bad\.yaml.*scheduler\.alpha.*-1"):
+        load_profile_dir(str(tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ProfileError, match="holds no"):
+        load_profile_dir(str(empty))
+    with pytest.raises(ProfileError, match="cannot be listed"):
+        load_profile_dir(str(tmp_path / "missing"))
