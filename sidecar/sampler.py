@@ -194,7 +194,7 @@ class SampleFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._mtime_ns = -1
+        self._version: tuple[int, int, int] | None = None
         self._cached: PerceptionSample | None = None
 
     def write(self, sample: PerceptionSample) -> None:
@@ -206,13 +206,15 @@ class SampleFile:
     def latest(self) -> PerceptionSample | None:
         """The newest sample, re-read only when the file changed; None if unreadable."""
         try:
-            mtime = os.stat(self.path).st_mtime_ns
-            if mtime != self._mtime_ns:
+            st = os.stat(self.path)
+            # Inode too: os.replace gives a new one even where mtimes are coarse.
+            version = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if version != self._version:
                 with open(self.path, encoding="utf-8") as fh:
                     self._cached = PerceptionSample.from_json(fh.read())
-                self._mtime_ns = mtime
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+                self._version = version
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # missing, half-written or not a sample: no sample, not an error
         return self._cached
 
 
