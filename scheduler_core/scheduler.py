@@ -231,6 +231,10 @@ class Scheduler:
         self._queue.clear()
         return drained
 
+    def peek(self, count: int) -> list[QueuedRequest]:
+        """The ``count`` oldest queued requests, left in the queue."""
+        return [e.req for _, e in zip(range(count), self._queue)]
+
     @property
     def queue_depth(self) -> int:
         return len(self._queue)

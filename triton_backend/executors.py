@@ -45,9 +45,13 @@ class EmulatedDevice:
     "device" is busy, as they would while a GPU kernel runs.
     """
 
-    def __init__(self, cost: CostModelConfig, emulation: EmulationConfig):
+    def __init__(self, cost: CostModelConfig, emulation: EmulationConfig,
+                 fault_token: int = 0):
         self.cost = cost
         self.emulation = emulation
+        # Fault injection for reliability tests, off (0) unless configured: a batch holding
+        # this token id fails, as a real device error would.
+        self.fault_token = fault_token
 
     def batch_ms(self, lengths: Sequence[int]) -> float:
         """Wall time (ms) the emulated device takes for a batch with these lengths."""
@@ -55,6 +59,8 @@ class EmulatedDevice:
         return formula_ms(self.cost, shape) * self.emulation.time_scale
 
     def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        if self.fault_token and any(self.fault_token in s for s in sequences):
+            raise RuntimeError(f"injected device fault (fault_injection_token {self.fault_token})")
         started = time.perf_counter()
         out = np.stack([deterministic_embedding(s) for s in sequences])
         remaining = self.batch_ms([len(s) for s in sequences]) / 1000.0 - (

@@ -30,6 +30,7 @@ COUNTERS = {
     "compensation_batches_total": "Compensation batches sent after P99 breaches",
     "batch_failures_total": "Batches whose inference failed (their requests got INTERNAL)",
     "loop_errors_total": "Unexpected exceptions in the scheduler loop (it was restarted)",
+    "cancelled_requests_total": "Requests the client cancelled, answered without computing",
 }
 
 

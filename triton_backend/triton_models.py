@@ -44,6 +44,8 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 STATS_LOG_PERIOD_S = 5.0
 ZONE_NAMES = ("safe", "no-mans-land", "danger")
 SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
+CANCEL_SWEEP_PERIOD_S = 1.0
+CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
 
 
 def _parameters(model_config: dict) -> dict[str, str]:
@@ -123,7 +125,8 @@ def _make_executor(args: dict, params: dict[str, str]):
         return MiniLMEncoder(intra_op_threads=threads), None
     if kind == "emulated":
         profile, _ = _load_profile(args, params, "t4")
-        return EmulatedDevice(profile.cost_model, profile.emulation), profile
+        fault = _int_parameter(params, "fault_injection_token", 0, model)
+        return EmulatedDevice(profile.cost_model, profile.emulation, fault), profile
     raise pb_utils.TritonModelException(
         f"model '{model}': parameter 'executor' must be 'minilm' or 'emulated', got {kind!r}")
 
@@ -199,6 +202,7 @@ class _Pending:
     request: Any  # kept alive until answered
     sender: Any
     input_ids: np.ndarray
+    answered: bool = False
 
 
 class ExplicitModel:
@@ -228,6 +232,11 @@ class ExplicitModel:
         self._loop_errors = 0
         self._last_stats_log = 0.0
         self._last_flush = 0.0
+        self._last_cancel_sweep = 0.0
+        # Test hook, off unless configured: a request holding this token id makes the
+        # scheduler step fail after its batch was taken (proves nothing is stranded).
+        self._loop_fault_token = _int_parameter(self.params, "loop_fault_token", 0,
+                                                self.model_name)
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
         self._start_sidecar()
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
@@ -319,6 +328,44 @@ class ExplicitModel:
         except Exception as exc:  # the client may be gone; never let that kill the loop
             pb_utils.Logger.log_warn(f"could not send a response: {exc}")
 
+    def _answer(self, req: QueuedRequest, response) -> None:
+        """The one final response of a queued request (a second one is never sent)."""
+        if not req.handle.answered:
+            req.handle.answered = True
+            self._send(req.handle.sender, response)
+
+    @staticmethod
+    def _is_cancelled(req: QueuedRequest) -> bool:
+        try:
+            return bool(req.handle.request.is_cancelled())
+        except Exception:  # asking costs a message to the server; a failure means "no"
+            return False
+
+    def _drop_cancelled(self, batch: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        """Answer requests the client cancelled (gRPC cancel) instead of computing them."""
+        kept = []
+        for r in batch:
+            if self._is_cancelled(r):
+                self.metrics.on_event("cancelled_requests_total")
+                self._answer(r, _error("request cancelled by the client",
+                                       pb_utils.TritonError.CANCELLED))
+            else:
+                kept.append(r)
+        return kept
+
+    def _sweep_cancelled(self, now: float) -> None:
+        """Once a second, take cancelled requests out of the queue (the oldest first)."""
+        if now - self._last_cancel_sweep < CANCEL_SWEEP_PERIOD_S:
+            return
+        self._last_cancel_sweep = now
+        with self._cond:
+            oldest = self.scheduler.peek(CANCEL_SWEEP_MAX)
+        cancelled = [r.request_id for r in oldest if self._is_cancelled(r)]
+        if cancelled:
+            with self._cond:
+                removed = self.scheduler.remove(cancelled)
+            self._drop_cancelled(removed)
+
     # -- the scheduler thread ---------------------------------------------------------
     def _run_loop(self) -> None:
         """Supervised loop: an exception in one step is logged and counted, never fatal."""
@@ -335,29 +382,51 @@ class ExplicitModel:
                 time.sleep(0.01)
 
     def _step(self) -> bool:
-        """One scheduling step; False once stopping and the queue is empty."""
+        """One scheduling step; False once stopping and the queue is empty.
+
+        Whatever fails inside, every request this step took out of the queue leaves with
+        exactly one response (the ``finally`` answers the ones still owed)."""
         with self._cond:
             now = time.monotonic()
             sidecar_health = self._apply_perception(now)
             decision = self.scheduler.schedule(now, flush=self._stopping)
             arrivals_seen = self._arrivals
+        owed = [*decision.batch, *(r for r, _ in decision.rejected)]
+        started = None
+        try:
+            if decision.rejected:
+                self.metrics.on_rejected("deadline_infeasible", len(decision.rejected))
+            for req, reason in decision.rejected:
+                self._answer(req, _error(reason, pb_utils.TritonError.UNAVAILABLE))
+            self._log_zone_change(decision, now)
+            if now - self._last_flush >= self._control_period_s:
+                self._last_flush = now
+                with self._cond:
+                    stats = self.scheduler.stats(now)
+                self.metrics.flush(stats, sidecar_health)
             if decision.batch:
-                self.scheduler.batch_started(decision.batch, now)
-        if decision.rejected:
-            self.metrics.on_rejected("deadline_infeasible", len(decision.rejected))
-        for req, reason in decision.rejected:
-            self._send(req.handle.sender, _error(reason, pb_utils.TritonError.UNAVAILABLE))
-        self._log_zone_change(decision, now)
-        if now - self._last_flush >= self._control_period_s:
-            self._last_flush = now
-            with self._cond:
-                stats = self.scheduler.stats(now)
-            self.metrics.flush(stats, sidecar_health)
-        if decision.batch:
-            self._run_batch(decision.batch, now)
-            return True
+                batch = self._drop_cancelled(decision.batch)
+                with self._cond:
+                    started = time.monotonic()
+                    self.scheduler.batch_started(batch, started)
+                if self._loop_fault_token and any(
+                        self._loop_fault_token in r.handle.input_ids for r in batch):
+                    raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
+                self._run_batch(batch, started)
+                started = None
+                return True
+        finally:
+            unanswered = [r for r in owed if not r.handle.answered]
+            for r in unanswered:
+                self._answer(r, _error("scheduler loop failed while handling this request",
+                                       pb_utils.TritonError.INTERNAL))
+            if started is not None:  # the batch never finished normally
+                with self._cond:
+                    self.scheduler.batch_finished(batch, started, time.monotonic(),
+                                                  succeeded=False)
         if self._stopping:
             return False
+        self._sweep_cancelled(now)
         # Wake for the scheduler's own time, an arrival, or the next decision period.
         timeout = self._control_period_s
         if decision.wake_at_s is not None:
@@ -369,6 +438,10 @@ class ExplicitModel:
         return True
 
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float) -> None:
+        if not batch:  # every member was cancelled
+            with self._cond:
+                self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded=False)
+            return
         succeeded = False
         try:
             embeddings = self.executor.run([r.handle.input_ids for r in batch])
@@ -376,13 +449,12 @@ class ExplicitModel:
         except Exception as exc:  # fail this batch's requests, keep the loop
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
             for r in batch:
-                self._send(r.handle.sender, _error(f"inference failed: {exc}",
-                                                   pb_utils.TritonError.INTERNAL))
+                self._answer(r, _error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL))
         lengths = [r.seq_len for r in batch]
         self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste)
         if succeeded:
             for r, embedding in zip(batch, embeddings):
-                self._send(r.handle.sender, _embedding_response(embedding))
+                self._answer(r, _embedding_response(embedding))
             sent = time.monotonic()
             for r in batch:
                 self.metrics.on_response(r.sla_ms, (sent - r.arrival_s) * 1000.0)
@@ -427,5 +499,5 @@ class ExplicitModel:
         with self._cond:
             leftovers = self.scheduler.drain()
         for r in leftovers:
-            self._send(r.handle.sender, _error("model unloaded before the request ran",
-                                               pb_utils.TritonError.UNAVAILABLE))
+            self._answer(r, _error("model unloaded before the request ran",
+                                   pb_utils.TritonError.UNAVAILABLE))

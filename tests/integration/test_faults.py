@@ -1,0 +1,208 @@
+"""Faults against a real server: a failing batch, a failing scheduler step, client
+cancellation, unloading with requests queued, and a model with a bad profile.
+
+A second server (explicit model control) runs a copy of emulated_explicit with the test
+hooks switched on and the EMULATED device slowed 10x, so requests really queue.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import SHIPPED_REPOSITORY
+
+pytestmark = pytest.mark.integration
+MODEL = "faulty_explicit"
+DEVICE_FAULT = 29998
+LOOP_FAULT = 29997
+RNG = np.random.default_rng(9)
+
+
+def _model(repo: str, name: str, extra: str, profile_dir: str = "faulty_explicit/profiles"):
+    os.makedirs(os.path.join(repo, name, "1"))
+    shutil.copy(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "1", "model.py"),
+                os.path.join(repo, name, "1"))
+    with open(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "config.pbtxt")) as fh:
+        config = fh.read().replace('name: "emulated_explicit"', f'name: "{name}"')
+    config = config.replace('parameters { key: "hardware_profile" value: { string_value: "t4" } }',
+                            "")
+    config += (f'parameters {{ key: "profile_dir" value: {{ string_value: "{profile_dir}" }} }}\n'
+               + extra)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as fh:
+        fh.write(config)
+
+
+def _param(key: str, value) -> str:
+    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+
+
+@pytest.fixture(scope="module")
+def fault_server(tmp_path_factory):
+    from triton_backend.launcher import TritonServer
+
+    repo = str(tmp_path_factory.mktemp("faults") / "repo")
+    os.makedirs(repo)
+    _model(repo, MODEL, _param("hardware_profile", "t4") + _param("time_scale", 10)
+           + _param("fault_injection_token", DEVICE_FAULT) + _param("loop_fault_token", LOOP_FAULT))
+    shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "profiles"),
+                    os.path.join(repo, MODEL, "profiles"))
+    _model(repo, "unknown_profile_explicit", _param("hardware_profile", "v100"))
+    bad_dir = os.path.join(repo, "bad_profile_explicit", "profiles")
+    _model(repo, "bad_profile_explicit", _param("hardware_profile", "t4"),
+           profile_dir="bad_profile_explicit/profiles")
+    os.makedirs(bad_dir)
+    with open(os.path.join(bad_dir, "t4.yaml"), "w") as fh:
+        fh.write("name: t4\nscheduler:\n  max_batch_size: -3\n")
+    log = str(tmp_path_factory.mktemp("faultlogs") / "tritonserver.log")
+    srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
+        "--model-control-mode=explicit", f"--load-model={MODEL}"))
+    with srv:
+        yield srv
+    srv.log = log
+
+
+def _inputs(ids, sla_ms=60000.0):
+    ids_in = grpcclient.InferInput("INPUT_IDS", [1, len(ids)], "INT64")
+    ids_in.set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+    sla = grpcclient.InferInput("SLA_MS", [1, 1], "FP32")
+    sla.set_data_from_numpy(np.array([[sla_ms]], dtype=np.float32))
+    return [ids_in, sla]
+
+
+def _ids(n=16, token=None):
+    ids = [101, *RNG.integers(1000, 29000, size=n - 2), 102]
+    if token is not None:
+        ids[1] = token
+    return ids
+
+
+def _metric(server, name: str) -> float:
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(f'{name}{{model="{MODEL}"}}'):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class Collector:
+    """Counts every callback per request: exactly one each is the contract."""
+
+    def __init__(self):
+        self.calls: dict[int, list] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Semaphore(0)
+
+    def callback(self, i):
+        def cb(result, error):
+            with self.lock:
+                self.calls.setdefault(i, []).append((result, error))
+            self.done.release()
+        return cb
+
+    def wait(self, n, timeout=60):
+        for _ in range(n):
+            assert self.done.acquire(timeout=timeout), "a request got no response"
+        assert not self.done.acquire(timeout=0.5), "a request was answered twice"
+        assert sorted(self.calls) == list(range(n))
+        assert all(len(v) == 1 for v in self.calls.values())
+
+
+def test_failed_batch_fails_its_requests_and_the_loop_goes_on(fault_server):
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    try:
+        failures = _metric(fault_server, "explicit_batching_batch_failures_total")
+        with pytest.raises(InferenceServerException, match="injected device fault") as err:
+            client.infer(MODEL, _inputs(_ids(token=DEVICE_FAULT)))
+        assert "INTERNAL" in str(err.value.status())
+        ok = client.infer(MODEL, _inputs(_ids()))
+        assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+        time.sleep(0.3)  # metrics flush once per control period
+        assert _metric(fault_server, "explicit_batching_batch_failures_total") == failures + 1
+    finally:
+        client.close()
+
+
+def test_scheduler_step_failure_strands_nothing(fault_server):
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    try:
+        errors = _metric(fault_server, "explicit_batching_loop_errors_total")
+        with pytest.raises(InferenceServerException, match="scheduler loop failed") as err:
+            client.infer(MODEL, _inputs(_ids(token=LOOP_FAULT)))
+        assert "INTERNAL" in str(err.value.status())
+        # the supervised loop restarted: the queue is served again
+        results = Collector()
+        for i in range(8):
+            client.async_infer(MODEL, _inputs(_ids()), results.callback(i))
+        results.wait(8)
+        assert all(err is None for [(_, err)] in results.calls.values())
+        time.sleep(0.3)
+        assert _metric(fault_server, "explicit_batching_loop_errors_total") == errors + 1
+    finally:
+        client.close()
+
+
+def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    try:
+        before = _metric(fault_server, "explicit_batching_cancelled_requests_total")
+        # 48 x 512 tokens: 3 batches of 16 at ~0.5 s each on the slowed device.
+        results = Collector()
+        contexts = [client.async_infer(MODEL, _inputs(_ids(512)), results.callback(i))
+                    for i in range(48)]
+        time.sleep(0.2)
+        for ctx in contexts[32:]:  # the third batch is still queued
+            ctx.cancel()
+        results.wait(48)
+        cancelled = [i for i, [(_, err)] in results.calls.items() if err is not None]
+        assert set(cancelled) == set(range(32, 48))
+        deadline = time.monotonic() + 5
+        while _metric(fault_server, "explicit_batching_cancelled_requests_total") < before + 16:
+            assert time.monotonic() < deadline, "cancellations were computed or not counted"
+            time.sleep(0.2)
+    finally:
+        client.close()
+
+
+def test_bad_profiles_fail_the_load_with_file_key_and_value(fault_server):
+    client = httpclient.InferenceServerClient(fault_server.http_url)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("bad_profile_explicit")
+        message = str(err.value)
+        assert "t4.yaml" in message and "scheduler.max_batch_size" in message and "-3" in message
+        assert not client.is_model_ready("bad_profile_explicit")
+        with pytest.raises(InferenceServerException, match="hardware_profile names profile 'v100'"):
+            client.load_model("unknown_profile_explicit")
+        assert not client.is_model_ready("unknown_profile_explicit")
+        assert client.is_model_ready(MODEL)  # the rest keeps serving
+    finally:
+        client.close()
+
+
+def test_unload_with_requests_queued_answers_every_request(fault_server):
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    try:
+        results = Collector()
+        for i in range(40):
+            client.async_infer(MODEL, _inputs(_ids(512)), results.callback(i))
+        time.sleep(0.2)
+        started = time.monotonic()
+        client.unload_model(MODEL)
+        results.wait(40)
+        assert time.monotonic() - started < 15  # within the server's exit timeout
+        codes = {str(err.status()) if err else "OK" for [(_, err)] in results.calls.values()}
+        assert codes <= {"OK", "StatusCode.UNAVAILABLE"}, codes
+        client.load_model(MODEL)
+        assert client.is_model_ready(MODEL)
+    finally:
+        client.close()
