@@ -10,6 +10,17 @@ import math
 from collections import deque
 
 
+def coefficient_of_variation(values) -> float:
+    """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean
+
+
 class BusyTracker:
     """Fraction of the last ``window_s`` seconds during which the executor was busy.
 
@@ -75,14 +86,7 @@ class LatencyWindow:
         return len(self._values(now_s))
 
     def coefficient_of_variation(self, now_s: float) -> float:
-        values = self._values(now_s)
-        if len(values) < 2:
-            return 0.0
-        mean = sum(values) / len(values)
-        if mean <= 0:
-            return 0.0
-        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-        return math.sqrt(var) / mean
+        return coefficient_of_variation(self._values(now_s))
 
     def percentile(self, now_s: float, q: float) -> float:
         values = sorted(self._values(now_s))

@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 
 from .clock import MAX_RATE, LogicalClock
 from .cost_model import CostEstimator
-from .perception import BusyTracker, LatencyWindow
+from .perception import BusyTracker, LatencyWindow, coefficient_of_variation
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
 from .window import ElasticWindow
@@ -146,16 +146,6 @@ def take_fifo(queue: Iterable, max_batch_size: int, max_batch_tokens: int) -> li
         batch.append(item)
         longest = new_longest
     return batch
-
-
-def _cv(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    if mean <= 0:
-        return 0.0
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return math.sqrt(var) / mean
 
 
 class Scheduler:
@@ -279,7 +269,7 @@ class Scheduler:
             self._tightest_sla_ms = self._period_min_sla_ms
             self._period_min_sla_ms = math.inf
         self.observation = Observation(now_s, util, source, util_age_ms, len(self._queue), p99,
-                                       _cv(self._p99_history), (min_remaining - now_s) * 1000.0)
+                                       coefficient_of_variation(self._p99_history), (min_remaining - now_s) * 1000.0)
 
     def _decide(self, now_s: float) -> None:
         if self._last_decision_s > -math.inf:

@@ -31,7 +31,10 @@ class DecodedRequest:
 def _sla_value(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise RequestError(f"{where} must be a number of milliseconds, got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise RequestError(f"{where} is too large to be milliseconds") from None
     if not math.isfinite(value) or value <= 0:
         raise RequestError(f"{where} must be a positive finite number of milliseconds, got {value!r}")
     if value > MAX_SLA_MS:
@@ -64,6 +67,8 @@ def decode_padded_batch(input_ids: np.ndarray | None, max_seq_len: int,
         raise RequestError("missing required input INPUT_IDS")
     if input_ids.ndim != 2:
         raise RequestError(f"INPUT_IDS must have shape [B, L], got shape {list(input_ids.shape)}")
+    if input_ids.dtype != np.int64:  # before looking inside the rows
+        raise RequestError(f"INPUT_IDS must be INT64, got {input_ids.dtype}")
     sequences = []
     for i, row in enumerate(input_ids):
         nonzero = np.flatnonzero(row)
