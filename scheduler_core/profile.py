@@ -257,14 +257,54 @@ def _emulation(raw: Any, source: str) -> EmulationConfig:
     return emulation
 
 
+SECTIONS = {"cost_model": CostModelConfig, "emulation": EmulationConfig,
+            "scheduler": SchedulerConfig, "control": ControlConfig}
+
+
+def parse_override(dotted_key: str, text: str, source: str) -> tuple[str, str, Any]:
+    """("section", "key", typed value) from a dotted key such as ``scheduler.alpha`` and its
+    text (model-config parameters are strings); the type is the field's own."""
+    section, _, key = dotted_key.partition(".")
+    cls = SECTIONS.get(section)
+    known = {f.name: f for f in fields(cls)} if cls else {}
+    if key not in known:
+        raise _bad(source, dotted_key, text, "not a profile key (section.key)")
+    default = known[key].default
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return section, key, text.lower() == "true"
+        if isinstance(default, int):
+            return section, key, int(text)
+        if isinstance(default, float):
+            return section, key, float(text)
+    except ValueError:
+        raise _bad(source, dotted_key, text, f"must be a {type(default).__name__}") from None
+    return section, key, text
+
+
+def with_overrides(profile: HardwareProfile, overrides: Mapping[str, Mapping[str, Any]],
+                   source: str) -> HardwareProfile:
+    """``profile`` with some keys replaced (``{"scheduler": {"alpha": 0.3}}``), the result
+    validated like a file; ``source`` names the overrides in errors."""
+    if not any(overrides.values()):
+        return profile
+    raw = asdict(profile)
+    raw["device_match"] = list(profile.device_match)
+    del raw["source"]
+    for section, values in overrides.items():
+        if section not in SECTIONS:
+            raise _bad(source, section, values, f"not a profile section {sorted(SECTIONS)}")
+        raw[section] = {**raw[section], **values}
+    # Errors name the overrides; the profile still comes from its file.
+    return replace(profile_from_mapping(raw, source), source=profile.source)
+
+
 def with_emulation(profile: HardwareProfile, overrides: Mapping[str, Any],
                    source: str) -> HardwareProfile:
-    """``profile`` with some emulation keys (``time_scale``, ``cost_mode``) replaced,
-    validated like the file's own values; ``source`` names the overrides in errors."""
-    if not overrides:
-        return profile
-    merged = {**asdict(profile.emulation), **overrides}
-    return replace(profile, emulation=_emulation(merged, source))
+    """``profile`` with some emulation keys (``time_scale``, ``cost_mode``) replaced."""
+    return with_overrides(profile, {"emulation": dict(overrides)}, source)
 
 
 def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile:

@@ -27,8 +27,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scheduler_core.cost_model import batch_shape
-from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile_dir, select_profile,
-                                    with_emulation)
+from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile_dir, parse_override,
+                                    select_profile, with_overrides)
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler
 from sidecar.nvml import detect_device_name
@@ -101,19 +101,21 @@ def _load_profile(args: dict, params: dict[str, str], default_name: str
 
 def _with_emulation_overrides(profile: HardwareProfile, params: dict[str, str],
                               model: str) -> HardwareProfile:
-    """Model-config parameters ``time_scale`` and ``cost_mode`` override the profile's
-    emulation section (benchmarks slow the emulated device, or switch padded/ragged,
-    without editing the hardware profile)."""
-    overrides: dict[str, Any] = {}
-    if params.get("cost_mode"):
-        overrides["cost_mode"] = params["cost_mode"]
-    if params.get("time_scale"):
-        try:
-            overrides["time_scale"] = float(params["time_scale"])
-        except ValueError:
-            raise ProfileError(f"model '{model}': parameter 'time_scale' must be a number, "
-                               f"got {params['time_scale']!r}") from None
-    return with_emulation(profile, overrides, source=f"model '{model}' parameters")
+    """Model-config parameters override profile keys per deployment, without editing the
+    hardware profile: ``time_scale`` and ``cost_mode`` (the emulated device's slow-down and
+    padded/ragged cost), and any dotted ``section.key`` (``scheduler.alpha``,
+    ``control.enabled``, ...), which the operator tools use to step parameters on a live
+    server through Triton's model-load API."""
+    source = f"model '{model}' parameters"
+    dotted = {"emulation.time_scale": params.get("time_scale", ""),
+              "emulation.cost_mode": params.get("cost_mode", "")}
+    dotted.update({k: v for k, v in params.items() if "." in k})
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, text in dotted.items():
+        if text:
+            section, name, value = parse_override(key, text, source)
+            overrides.setdefault(section, {})[name] = value
+    return with_overrides(profile, overrides, source)
 
 
 def _make_executor(args: dict, params: dict[str, str]):

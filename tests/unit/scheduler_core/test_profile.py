@@ -402,3 +402,24 @@ def test_one_bad_file_fails_the_whole_folder(tmp_path):
         load_profile_dir(str(empty))
     with pytest.raises(ProfileError, match="cannot be listed"):
         load_profile_dir(str(tmp_path / "missing"))
+
+
+def test_dotted_overrides_are_typed_validated_and_keep_the_source():
+    from scheduler_core.profile import parse_override, with_overrides
+
+    base = load_profile(T4)
+    assert parse_override("scheduler.alpha", "0.3", "params") == ("scheduler", "alpha", 0.3)
+    assert parse_override("control.enabled", "False", "params") == ("control", "enabled", False)
+    assert parse_override("scheduler.max_batch_size", "8", "p") == ("scheduler", "max_batch_size", 8)
+    tuned = with_overrides(base, {"scheduler": {"alpha": 0.3, "beta": 0.2},
+                                  "control": {"enabled": False}}, source="params")
+    assert (tuned.scheduler.alpha, tuned.scheduler.beta, tuned.control.enabled) == (0.3, 0.2, False)
+    assert tuned.source == base.source and tuned.cost_model == base.cost_model
+    with pytest.raises(ProfileError, match="params.*scheduler.alpha.*'fast'"):
+        parse_override("scheduler.alpha", "fast", "params")
+    with pytest.raises(ProfileError, match="params.*scheduler.nope"):
+        parse_override("scheduler.nope", "1", "params")
+    with pytest.raises(ProfileError, match="params.*control.enabled"):
+        parse_override("control.enabled", "maybe", "params")
+    with pytest.raises(ProfileError, match="params.*scheduler.alpha.*9"):
+        with_overrides(base, {"scheduler": {"alpha": 9.0}}, source="params")

@@ -212,7 +212,7 @@ def test_padded_batch_rejects_bad_rows_and_shapes():
         decode_padded_batch(None, MAX_LEN, VOCAB)
     with pytest.raises(RequestError, match=r"shape \[B, L\], got shape \[3\]"):
         decode_padded_batch(ids(1, 2, 3), MAX_LEN, VOCAB)
-    with pytest.raises(RequestError, match="row 0 must be INT64"):
+    with pytest.raises(RequestError, match="INPUT_IDS must be INT64"):
         decode_padded_batch(np.array([[1, 2]], dtype=np.int32), MAX_LEN, VOCAB)
     with pytest.raises(RequestError, match="row 1 has 9 tokens"):
         decode_padded_batch(np.array([[1] + [0] * 8, [1] * 9], dtype=np.int64), MAX_LEN, VOCAB)
