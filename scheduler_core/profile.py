@@ -24,6 +24,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from .safe_repr import short_repr
+
 COST_MODES = ("padded", "ragged")
 
 
@@ -204,7 +206,7 @@ INFEASIBLE_POLICIES = ("serve_late", "reject")
 
 
 def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
-    return ProfileError(f"profile {source}: key '{key}': {why} (got {value!r})")
+    return ProfileError(f"profile {source}: key '{key}': {why} (got {short_repr(value)})")
 
 
 def _section(cls, raw: Any, source: str, section: str):
@@ -366,8 +368,12 @@ def load_profile(path: str) -> HardwareProfile:
             raw = yaml.safe_load(fh)
     except FileNotFoundError:
         raise ProfileError(f"profile {path}: file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"profile {path}: cannot be read as YAML: {exc}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, TypeError,
+            AttributeError, IndexError, KeyError, RecursionError) as exc:
+        # PyYAML's safe constructor raises plain ValueError & co. on malformed scalars
+        # (2001-13-40, !!int 0x), and the composer recurses once per nesting level.
+        raise ProfileError(f"profile {path}: cannot be read as YAML: "
+                           f"{type(exc).__name__}: {str(exc)[:300]}") from None
     profile = profile_from_mapping(raw, source=path)
     stem = os.path.splitext(os.path.basename(path))[0]
     if profile.name != stem:

@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from scheduler_core.safe_repr import short_repr
+
 # Above an hour an "SLA" is a typo, not a latency target.
 MAX_SLA_MS = 3_600_000.0
 # Token id 0 is [PAD] in the BERT vocabulary: padded batches mark padding with it.
@@ -30,7 +32,7 @@ class DecodedRequest:
 
 def _sla_value(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise RequestError(f"{where} must be a number of milliseconds, got {value!r}")
+        raise RequestError(f"{where} must be a number of milliseconds, got {short_repr(value)}")
     try:
         value = float(value)
     except OverflowError:
