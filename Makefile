@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 HTTP_PORT ?= 8000
 
-.PHONY: help setup serve test test-unit bench-smoke clean
+.PHONY: help setup serve test test-unit bench-smoke reliability simulate-report clean
 
 help:
 	@echo "make setup        create .venv with the pinned Triton stack (idempotent)"
@@ -12,6 +12,8 @@ help:
 	@echo "make test         run all tests, including real-server integration tests"
 	@echo "make test-unit    run the fast unit tests only"
 	@echo "make bench-smoke  perf_analyzer at a fixed rate: emulated_explicit vs emulated_native"
+	@echo "make reliability  overload 2x (60 s), soak (10 min), native overload -> results/reliability.md"
+	@echo "make simulate-report  simulator: explicit vs native model -> results/simulator_report.md"
 
 setup: $(STAMP)
 
@@ -31,6 +33,12 @@ test-unit: setup
 
 bench-smoke: setup
 	$(PY) scripts/bench_smoke.py
+
+reliability: setup
+	$(PY) scripts/reliability.py
+
+simulate-report: setup
+	$(PY) scripts/simulate_report.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

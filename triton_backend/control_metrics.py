@@ -52,7 +52,9 @@ class ControlMetrics:
                                pb_utils.MetricFamily.HISTOGRAM).Metric(
             labels=labels, buckets=PADDING_WASTE_BUCKETS)
         info = family("profile_info", LABELLED["profile_info"], pb_utils.MetricFamily.GAUGE)
-        info.Metric(labels={**labels, "profile": profile, "reason": profile_reason}).set(1)
+        self._profile_info = info.Metric(labels={**labels, "profile": profile,
+                                                 "reason": profile_reason})
+        self._profile_info.set(1)
 
         self._lock = threading.Lock()  # events come from Triton's thread and the loop
         self._pending_sla: Counter = Counter()
@@ -113,3 +115,7 @@ class ControlMetrics:
         for size, waste in batches:
             self._batch_size.observe(size)
             self._padding.observe(waste)
+
+    def close(self) -> None:
+        """On unload: the profile series must not stay at 1 beside the next load's."""
+        self._profile_info.set(0)

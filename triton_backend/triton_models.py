@@ -498,6 +498,7 @@ class ExplicitModel:
         self._thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
+        self.metrics.close()
         with self._cond:
             leftovers = self.scheduler.drain()
         for r in leftovers:
