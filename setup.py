@@ -6,5 +6,6 @@ setup(
     description="Explicit-control dynamic batching for NVIDIA Triton (Python-backend plugin)",
     packages=find_packages(include=["scheduler_core*", "triton_backend*", "operator_tools*", "sidecar*"]),
     python_requires=">=3.10",
-    install_requires=["numpy", "pyyaml"],
+    install_requires=["numpy", "pyyaml", "click", "tqdm", "matplotlib", "prometheus_client"],
+    entry_points={"console_scripts": ["explicit-batching = operator_tools.cli:main"]},
 )

@@ -1,17 +1,42 @@
-"""Run perf_analyzer 2.51 (from the venv) and read its CSV result."""
+"""Run perf_analyzer 2.51 (from the venv), read its CSV result and its profile export,
+and read the sweep definitions in ``perf_analyzer_configs/sweeps/``.
+
+Three ways to drive it:
+
+* :func:`run_request_rate`: one open-loop run at a fixed rate (``--request-rate-range``),
+  read back from the CSV (``-f``): aggregate throughput and percentiles.
+* :func:`replay_trace`: one replay of a recorded arrival trace (``--request-intervals``,
+  exactly ``--request-count`` requests, no warm-up), read back from the profile export
+  (``--profile-export-file``): every request's send and response timestamps and the
+  inputs it carried (:class:`ExportedRequest`).
+* :func:`load_sweep`: a request-rate sweep definition (YAML) turned into the options of
+  one perf_analyzer run per rate.
+
+perf_analyzer stops a run at the first failed request ("Failed to retrieve results from
+inference request", one "Thread [i] had error: ..." line per worker) and then writes no
+export: :func:`replay_trace` returns the error lines instead of requests.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import yaml
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRAPPER = os.path.join(REPO_ROOT, "scripts", "perf_analyzer")
+CONFIGS_DIR = os.path.join(REPO_ROOT, "perf_analyzer_configs")
 FELL_BEHIND = "not able to keep up with the desired request rate"
+_THREAD_ERROR = re.compile(r"Thread \[\d+\] had error: (.*)")
 
 
 @dataclass(frozen=True)
@@ -58,6 +83,201 @@ def markdown_table(results: list[PerfResult]) -> str:
         lines.append(f"| {r.model} | {r.request_rate:g} | {r.throughput:.1f} | {r.p50_ms:.2f} | "
                      f"{r.p90_ms:.2f} | {r.p99_ms:.2f} | {'yes' if r.kept_schedule else 'NO'} |")
     return "\n".join(lines)
+
+
+# -- trace replay with the profile export ---------------------------------------------------
+
+@dataclass(frozen=True)
+class ExportedRequest:
+    """One request of a profile export: wall-clock send time and last response time (ns,
+    perf_analyzer's system clock), and the inputs it carried."""
+
+    sent_ns: int
+    response_ns: int | None  # None: no response recorded
+    input_ids: tuple[int, ...]
+    sla_ms: float | None  # the SLA_MS input it carried, if any
+
+
+@dataclass(frozen=True)
+class TraceRun:
+    """One ``--request-intervals`` replay. ``error`` is set when perf_analyzer failed
+    (then ``requests`` is empty)."""
+
+    model: str
+    command: tuple[str, ...]
+    returncode: int
+    output: str = field(repr=False)
+    window_start_ns: int | None  # the schedule's time 0 (the export's first window boundary)
+    requests: tuple[ExportedRequest, ...] = field(repr=False)
+    error: str | None = None
+
+    @property
+    def kept_schedule(self) -> bool:
+        return FELL_BEHIND not in self.output
+
+
+def _flat_ints(value: Any) -> tuple[int, ...]:
+    if isinstance(value, list):
+        out: list[int] = []
+        for v in value:
+            out.extend(_flat_ints(v))
+        return tuple(out)
+    return (int(value),)
+
+
+def _first_float(value: Any) -> float | None:
+    while isinstance(value, list):
+        if not value:
+            return None
+        value = value[0]
+    return None if value is None else float(value)
+
+
+def read_profile_export(path: str) -> tuple[int | None, list[ExportedRequest]]:
+    """(start of the first measurement window in ns, requests sorted by send time) of a
+    perf_analyzer 2.51 ``--profile-export-file`` (last experiment)."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    try:
+        experiment = doc["experiments"][-1]
+        raw = experiment["requests"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"{path}: not a perf_analyzer profile export "
+                         f"(no experiments[-1].requests)") from None
+    bounds = experiment.get("window_boundaries") or []
+    out = []
+    for r in raw:
+        inputs = r.get("request_inputs") or {}
+        responses = r.get("response_timestamps") or []
+        out.append(ExportedRequest(
+            sent_ns=int(r["timestamp"]),
+            response_ns=int(responses[-1]) if responses else None,
+            input_ids=_flat_ints(inputs.get("INPUT_IDS", [])),
+            sla_ms=_first_float(inputs.get("SLA_MS"))))
+    out.sort(key=lambda e: e.sent_ns)
+    return (int(bounds[0]) if bounds else None), out
+
+
+def failure_reason(output: str) -> str:
+    """perf_analyzer's own words for a failed run: the distinct per-thread errors, else
+    its last lines."""
+    errors = sorted(set(_THREAD_ERROR.findall(output)))
+    if errors:
+        return "; ".join(errors)
+    tail = [line for line in output.strip().splitlines() if line.strip()][-3:]
+    return " / ".join(tail) or "no output"
+
+
+def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
+                 request_count: int, export_path: str, protocol: str = "http",
+                 timeout_s: float = 600, extra: Sequence[str] = ()) -> TraceRun:
+    """Replay a ``--request-intervals`` trace once: ``request_count`` requests (send k at
+    the k-th cumulative interval with data entry k, cycling), asynchronous (open loop),
+    every request's timestamps written to ``export_path`` (replaced if it exists:
+    perf_analyzer refuses an existing export path)."""
+    if os.path.exists(export_path):
+        os.remove(export_path)
+    cmd = (WRAPPER, "-m", model, "-u", url, "-i", protocol, "--async",
+           "--request-intervals", intervals_path, "--input-data", input_data,
+           "--request-count", str(request_count), "--profile-export-file", export_path,
+           *extra)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"").decode(errors="replace") if isinstance(
+            exc.stdout, bytes) else (exc.stdout or "")
+        return TraceRun(model, cmd, -1, output, None, (),
+                        f"perf_analyzer did not finish within {timeout_s:.0f} s")
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not os.path.exists(export_path):
+        return TraceRun(model, cmd, proc.returncode, output, None, (),
+                        f"perf_analyzer failed (exit {proc.returncode}): "
+                        f"{failure_reason(output)}")
+    start_ns, requests = read_profile_export(export_path)
+    return TraceRun(model, cmd, proc.returncode, output, start_ns, tuple(requests))
+
+
+# -- sweep definitions --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RequestRateSweep:
+    """``perf_analyzer_configs/sweeps/*.yaml`` (keys: perf_analyzer_configs/README.md):
+    one open-loop perf_analyzer run per rate. Input-data paths are absolute."""
+
+    name: str
+    description: str
+    request_rates_rps: tuple[float, ...]
+    run_duration_s: float  # the measurement window of each run
+    input_data: str  # with SLA_MS, for *_explicit models
+    input_data_no_sla: str  # the same sequences without SLA_MS, for *_native models
+    request_distribution: str = "poisson"
+    max_trials: int = 3
+    source: str = "<mapping>"
+
+    def perf_analyzer_args(self, rate_rps: float, with_sla: bool = True) -> list[str]:
+        """The perf_analyzer options of the run at ``rate_rps`` (add -m, -u, -f). Every
+        window counts as stable (``--stability-percentage 1000``): Poisson arrivals over
+        a few seconds vary by more than the default 10 %, and an overloaded rate - which
+        a sweep must reach - never stabilises; perf_analyzer would report nothing."""
+        return ["--async", "--request-rate-range", f"{rate_rps:g}",
+                "--request-distribution", self.request_distribution,
+                "--measurement-interval", str(int(round(self.run_duration_s * 1000))),
+                "--max-trials", str(self.max_trials), "--stability-percentage", "1000",
+                "--input-data", self.input_data if with_sla else self.input_data_no_sla]
+
+
+_SWEEP_KEYS = {"name", "description", "request_rates_rps", "run_duration_s", "input_data",
+               "input_data_no_sla", "request_distribution", "max_trials"}
+
+
+def load_sweep(path: str) -> RequestRateSweep:
+    """Read and validate a request-rate sweep (``yaml.safe_load``); errors name the file
+    and the key. Relative input-data paths are taken from the sweep file's folder's
+    parent (``perf_analyzer_configs/``)."""
+    def bad(key: str, value: Any, why: str) -> ValueError:
+        return ValueError(f"sweep {path}: key '{key}': {why} (got {value!r})")
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"sweep {path}: cannot be read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise bad("<document>", raw, "must be a mapping")
+    for key in raw:
+        if key not in _SWEEP_KEYS:
+            raise bad(key, raw[key], f"unknown key; expected one of {sorted(_SWEEP_KEYS)}")
+    rates = raw.get("request_rates_rps")
+    if (not isinstance(rates, list) or not rates
+            or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
+                       and math.isfinite(r) and r > 0 for r in rates)):
+        raise bad("request_rates_rps", rates, "a non-empty list of rates > 0 (req/s)")
+    duration = raw.get("run_duration_s")
+    if (not isinstance(duration, (int, float)) or isinstance(duration, bool)
+            or not math.isfinite(duration) or duration <= 0):
+        raise bad("run_duration_s", duration, "a number of seconds > 0")
+    distribution = raw.get("request_distribution", "poisson")
+    if distribution not in ("poisson", "constant"):
+        raise bad("request_distribution", distribution, "poisson or constant")
+    trials = raw.get("max_trials", 3)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise bad("max_trials", trials, "an integer >= 1")
+    base = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    files = {}
+    for key in ("input_data", "input_data_no_sla"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise bad(key, value, "a path to a perf_analyzer --input-data file")
+        full = value if os.path.isabs(value) else os.path.join(base, value)
+        if not os.path.isfile(full):
+            raise bad(key, value, f"no such file ({full})")
+        files[key] = full
+    return RequestRateSweep(
+        name=str(raw.get("name", os.path.splitext(os.path.basename(path))[0])),
+        description=str(raw.get("description", "")),
+        request_rates_rps=tuple(float(r) for r in rates), run_duration_s=float(duration),
+        input_data=files["input_data"], input_data_no_sla=files["input_data_no_sla"],
+        request_distribution=distribution, max_trials=trials, source=path)
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use

@@ -1,0 +1,688 @@
+"""``explicit-batching simulate``: the deterministic simulator on a workload spec.
+
+Runs ``scheduler_core.simulator.simulate`` with explicit control
+(``Scheduler.from_profile``) and the model of Triton's dynamic batcher (``native``; more
+baselines with ``--baselines``) on the same arrivals, on the EMULATED device of a hardware
+profile, and prints the table ``compare`` prints for a live server
+(``operator_tools.report.summary_table``). Same arguments, same output.
+
+The workload comes from a spec file (``perf_analyzer_configs/workloads/*.yaml``, keys in
+``perf_analyzer_configs/README.md``), from CLI options that override the spec's keys, or
+from a perf_analyzer trace (``--request-intervals`` + ``--input-data``: exactly what
+perf_analyzer would replay, offline). SLA classes are written at real-hardware speed and
+multiplied by the time scale, like the device's cost (the convention of the reliability
+suite and of ``compare``).
+
+``--tune`` grid-searches the elastic window's ``alpha``, ``beta`` and ``base_window_ms``
+for the profile on this workload (``profile.with_overrides`` + ``Scheduler.from_profile``,
+one simulation per setting, the profile's own setting always included), prints the best
+settings by goodput and can write the best one as a profile file (``--write-profile``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import click
+import numpy as np
+import yaml
+
+from scheduler_core import workload as W
+from scheduler_core.baselines import AdaptiveCostBatcher, FixedWindow, TritonDynamicBatcher
+from scheduler_core.cost_model import CostEstimator
+from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile,
+                                    profile_path, with_overrides)
+from scheduler_core.scheduler import Scheduler
+from scheduler_core.simulator import SimResult, capacity_rps, device_ms, simulate
+
+from . import report
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS_DIR = os.path.join(REPO_ROOT, "perf_analyzer_configs")
+DEFAULT_WORKLOAD = os.path.join(CONFIGS_DIR, "workloads", "mixed_poisson.yaml")
+PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")
+NATIVE_CONFIG = os.path.join(REPO_ROOT, "model_repository", "emulated_native", "config.pbtxt")
+BASELINES = ("native", "fixed-window", "adaptive")
+LENGTH_MIXES = {"lognormal": W.LogNormalLengths, "bimodal": W.BimodalLengths}
+# The parameters of each arrival process that are rates (scaled together by --rate).
+RATE_PARAMS = {"poisson": ("rate_rps",), "bursty": ("low_rps", "high_rps"),
+               "ramp": ("start_rps", "end_rps"), "flash_crowd": ("base_rps",)}
+TUNE_ALPHAS = (0.2, 0.3, 0.4, 0.5)
+TUNE_BETAS = (0.1, 0.2, 0.3)
+TUNE_WINDOW_FACTORS = (0.5, 1.0, 2.0)  # times the profile's base_window_ms
+CAPACITY_SAMPLE = 50_000
+
+
+class SpecError(ValueError):
+    """A workload spec holds a missing or bad value (the message names file and key)."""
+
+
+# -- workload specs ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A workload: arrival process, length mix, SLA mix, duration and seed (plus, for
+    ``simulate``, the profile and time scale). Rates are absolute requests per second."""
+
+    name: str
+    arrival: str
+    arrival_params: Mapping[str, float]
+    lengths: str = "lognormal"
+    length_params: Mapping[str, Any] = field(default_factory=dict)
+    sla_classes_ms: tuple[float, ...] = W.DEFAULT_SLA_CLASSES_MS  # at time scale 1
+    sla_weights: tuple[float, ...] | None = None
+    duration_s: float = 30.0
+    seed: int = 20240601
+    profile: str = "t4"
+    time_scale: float | None = None  # None: the profile's emulation.time_scale
+    description: str = ""
+    source: str = "<options>"
+
+    def process(self):
+        try:
+            return W.arrival_process(self.arrival, **dict(self.arrival_params))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"workload {self.source}: arrival {self.arrival!r} "
+                            f"{dict(self.arrival_params)}: {exc}") from None
+
+    def length_mix(self):
+        cls = LENGTH_MIXES.get(self.lengths)
+        if cls is None:
+            raise SpecError(f"workload {self.source}: lengths.mix {self.lengths!r} is not one "
+                            f"of {sorted(LENGTH_MIXES)}")
+        try:
+            return cls(**dict(self.length_params))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"workload {self.source}: lengths {dict(self.length_params)}: "
+                            f"{exc}") from None
+
+    def sla_mix(self, time_scale: float) -> W.SlaMix:
+        try:
+            return W.SlaMix(tuple(c * time_scale for c in self.sla_classes_ms), self.sla_weights)
+        except ValueError as exc:
+            raise SpecError(f"workload {self.source}: sla: {exc}") from None
+
+    def mean_rate_rps(self) -> float:
+        return self.process().mean_rate_rps(self.duration_s)
+
+    def with_rate(self, rate_rps: float) -> "WorkloadSpec":
+        """The same process with its rate parameters scaled so the mean rate is
+        ``rate_rps`` (a bursty process keeps its burst ratio)."""
+        if not (rate_rps > 0 and math.isfinite(rate_rps)):
+            raise SpecError(f"--rate must be a finite number > 0 (got {rate_rps!r})")
+        names = RATE_PARAMS.get(self.arrival, ())
+        mean = self.mean_rate_rps()
+        params = dict(self.arrival_params)
+        if mean <= 0:  # an all-zero process: set the first rate parameter
+            params[names[0]] = rate_rps
+        else:
+            for name in names:
+                params[name] = params.get(name, 0.0) * rate_rps / mean
+        return replace(self, arrival_params=params)
+
+    def arrivals(self, time_scale: float) -> list[W.Arrival]:
+        """The seeded arrivals, SLAs multiplied by ``time_scale``."""
+        return W.generate(self.process(), self.duration_s, self.seed, self.length_mix(),
+                          self.sla_mix(time_scale))
+
+    def describe(self, time_scale: float) -> str:
+        params = ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}"
+                           for k, v in self.arrival_params.items())
+        lengths = ", ".join(f"{k} {v:g}" for k, v in self.length_params.items())
+        classes = "/".join(f"{c:g}" for c in self.sla_classes_ms)
+        scaled = "/".join(f"{c * time_scale:g}" for c in self.sla_classes_ms)
+        weights = ("equal shares" if self.sla_weights is None
+                   else "weights " + "/".join(f"{w:g}" for w in self.sla_weights))
+        return (f"`{self.name}`: {self.arrival} arrivals ({params}; mean "
+                f"{self.mean_rate_rps():,.1f} req/s), {self.lengths} lengths"
+                f"{f' ({lengths})' if lengths else ''}, SLA classes {classes} ms x time scale "
+                f"{time_scale:g} = {scaled} ms ({weights}), {self.duration_s:g} s, seed "
+                f"{self.seed}")
+
+
+_SPEC_KEYS = {"name", "description", "profile", "time_scale", "duration_s", "seed",
+              "arrival", "lengths", "sla"}
+
+
+def _number(source: str, key: str, value: Any, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(f"workload {source}: key '{key}': must be a finite number "
+                        f"(got {value!r})")
+    if positive and value <= 0:
+        raise SpecError(f"workload {source}: key '{key}': must be > 0 (got {value!r})")
+    return float(value)
+
+
+def spec_from_mapping(raw: Any, source: str) -> WorkloadSpec:
+    """Validate a parsed workload spec; errors name ``source`` and the key."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"workload {source}: must be a YAML mapping (got {raw!r})")
+    for key in raw:
+        if key not in _SPEC_KEYS:
+            raise SpecError(f"workload {source}: unknown key {key!r}; expected one of "
+                            f"{sorted(_SPEC_KEYS)}")
+    arrival = raw.get("arrival")
+    if not isinstance(arrival, Mapping) or not isinstance(arrival.get("process"), str):
+        raise SpecError(f"workload {source}: key 'arrival': needs a mapping with 'process' "
+                        f"(one of {sorted(W.ARRIVAL_PROCESSES)}) (got {arrival!r})")
+    params = {k: _number(source, f"arrival.{k}", v) for k, v in arrival.items()
+              if k != "process"}
+    lengths = raw.get("lengths", {"mix": "lognormal"})
+    if not isinstance(lengths, Mapping):
+        raise SpecError(f"workload {source}: key 'lengths': must be a mapping (got {lengths!r})")
+    length_params = {k: v for k, v in lengths.items() if k != "mix"}
+    sla = raw.get("sla", {})
+    if not isinstance(sla, Mapping) or set(sla) - {"classes_ms", "weights"}:
+        raise SpecError(f"workload {source}: key 'sla': a mapping of classes_ms and weights "
+                        f"(got {sla!r})")
+    classes = sla.get("classes_ms", list(W.DEFAULT_SLA_CLASSES_MS))
+    if not isinstance(classes, list) or not classes:
+        raise SpecError(f"workload {source}: key 'sla.classes_ms': a list of ms "
+                        f"(got {classes!r})")
+    classes = tuple(_number(source, "sla.classes_ms", c, positive=True) for c in classes)
+    weights = sla.get("weights")
+    if weights is not None:
+        if not isinstance(weights, list):
+            raise SpecError(f"workload {source}: key 'sla.weights': a list (got {weights!r})")
+        weights = tuple(_number(source, "sla.weights", w) for w in weights)
+    time_scale = raw.get("time_scale")
+    seed = raw.get("seed", 20240601)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SpecError(f"workload {source}: key 'seed': an integer >= 0 (got {seed!r})")
+    name = raw.get("name", os.path.splitext(os.path.basename(source))[0])
+    spec = WorkloadSpec(
+        name=str(name), description=str(raw.get("description", "")),
+        arrival=arrival["process"], arrival_params=params,
+        lengths=str(lengths.get("mix", "lognormal")), length_params=length_params,
+        sla_classes_ms=classes, sla_weights=weights,
+        duration_s=_number(source, "duration_s", raw.get("duration_s", 30.0), positive=True),
+        seed=seed, profile=str(raw.get("profile", "t4")),
+        time_scale=None if time_scale is None else _number(source, "time_scale", time_scale,
+                                                           positive=True),
+        source=source)
+    spec.process(), spec.length_mix(), spec.sla_mix(1.0)  # validate now, name the file
+    return spec
+
+
+def load_workload_spec(path: str) -> WorkloadSpec:
+    """Read and validate one workload spec file (``yaml.safe_load``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except OSError as exc:
+        raise SpecError(f"workload {path}: cannot be read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"workload {path}: not valid YAML: {exc}") from None
+    return spec_from_mapping(raw, path)
+
+
+def parse_float_list(text: str, what: str) -> tuple[float, ...]:
+    """``"50,100,200"`` -> (50.0, 100.0, 200.0); BadParameter naming ``what``."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{what}: comma-separated numbers expected (got {text!r})")
+    if not values or not all(math.isfinite(v) for v in values):
+        raise click.BadParameter(f"{what}: comma-separated finite numbers expected "
+                                 f"(got {text!r})")
+    return values
+
+
+def parse_params(pairs: Sequence[str], what: str) -> dict[str, float]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            if not sep or not key:
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{what}: KEY=NUMBER expected (got {pair!r})") from None
+    return out
+
+
+def default_arrival_params(arrival: str, rate_rps: float) -> dict[str, float]:
+    """Parameters of ``arrival`` with mean rate ``rate_rps``: bursty = 3x the rate for
+    ~0.25 s, half of it for ~1 s between bursts; ramp = from half to 1.5x the rate;
+    flash crowd = the default 5x spike (the rate is then the mean, spike included)."""
+    if arrival == "poisson":
+        return {"rate_rps": rate_rps}
+    if arrival == "bursty":
+        return {"low_rps": rate_rps / 2, "high_rps": rate_rps * 3, "mean_low_s": 1.0,
+                "mean_high_s": 0.25}
+    if arrival == "ramp":
+        return {"start_rps": rate_rps / 2, "end_rps": rate_rps * 1.5}
+    if arrival == "flash_crowd":
+        return {"base_rps": rate_rps}
+    raise SpecError(f"unknown arrival process {arrival!r}; expected one of "
+                    f"{sorted(W.ARRIVAL_PROCESSES)}")
+
+
+def apply_overrides(spec: WorkloadSpec, *, arrival: str | None = None,
+                    arrival_params: Mapping[str, float] | None = None,
+                    rate: float | None = None, lengths: str | None = None,
+                    sla_classes: Sequence[float] | None = None,
+                    duration_s: float | None = None, seed: int | None = None,
+                    profile: str | None = None, time_scale: float | None = None
+                    ) -> WorkloadSpec:
+    """``spec`` with the CLI's overrides. A new ``arrival`` starts from
+    :func:`default_arrival_params` at the spec's mean rate (or ``rate``), a new
+    ``lengths`` mix from its defaults."""
+    changes: dict[str, Any] = {}
+    if arrival is not None and arrival != spec.arrival:
+        changes.update(arrival=arrival, arrival_params=default_arrival_params(
+            arrival, rate if rate is not None else spec.mean_rate_rps()))
+    if arrival_params:
+        changes["arrival_params"] = {**changes.get("arrival_params", spec.arrival_params),
+                                     **arrival_params}
+    if lengths is not None and lengths != spec.lengths:
+        changes.update(lengths=lengths, length_params={})
+    if sla_classes is not None:
+        changes.update(sla_classes_ms=tuple(sla_classes), sla_weights=None)
+    if duration_s is not None:
+        changes["duration_s"] = duration_s
+    if seed is not None:
+        changes["seed"] = seed
+    if profile is not None:
+        changes["profile"] = profile
+    if time_scale is not None:
+        changes["time_scale"] = time_scale
+    if changes:
+        spec = replace(spec, **changes, source=f"{spec.source} + options")
+    if rate is not None:
+        if spec.arrival not in RATE_PARAMS:
+            raise SpecError(f"--rate: arrival process {spec.arrival!r} is not one of "
+                            f"{sorted(RATE_PARAMS)}")
+        if not any(k in spec.arrival_params for k in RATE_PARAMS[spec.arrival]):
+            spec = replace(spec, arrival_params={**spec.arrival_params,
+                                                 RATE_PARAMS[spec.arrival][0]: rate})
+        spec = spec.with_rate(rate)
+    spec.process(), spec.length_mix(), spec.sla_mix(1.0)
+    return spec
+
+
+# -- perf_analyzer traces, offline ---------------------------------------------------------------
+
+def trace_arrivals(intervals_path: str, input_data_path: str, time_scale: float,
+                   default_sla_ms: float) -> list[W.Arrival]:
+    """What perf_analyzer replays with ``--request-intervals`` and ``--input-data``: send
+    k uses data entry k (modulo the entries: perf_analyzer cycles through them). SLAs in
+    the file are multiplied by ``time_scale``; an entry without SLA_MS gets
+    ``default_sla_ms`` (what the server assigns)."""
+    times = W.read_request_intervals(intervals_path)
+    entries = W.read_input_data(input_data_path)
+    if not times or not entries:
+        raise SpecError(f"{intervals_path if not times else input_data_path}: holds no requests")
+    out = []
+    for k, t in enumerate(times):
+        length, sla = entries[k % len(entries)]
+        out.append(W.Arrival(t, length, default_sla_ms if sla is None else sla * time_scale))
+    return out
+
+
+# -- profiles and policies ----------------------------------------------------------------------
+
+def resolve_profile(name_or_path: str) -> HardwareProfile:
+    """A profile by name (``model_repository/emulated_explicit/profiles/<name>.yaml``) or
+    by path to a YAML file."""
+    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        return load_profile(name_or_path)
+    return load_profile(profile_path(PROFILE_DIR, name_or_path))
+
+
+def shipped_native_batcher(path: str = NATIVE_CONFIG) -> tuple[int, int]:
+    """(max_batch_size, max_queue_delay_microseconds) of the shipped ``emulated_native``
+    config, so the simulated native batcher is the one the server runs."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    size = re.search(r"^max_batch_size:\s*(\d+)", text, re.M)
+    delay = re.search(r"max_queue_delay_microseconds:\s*(\d+)", text)
+    return (int(size.group(1)) if size else 32), (int(delay.group(1)) if delay else 0)
+
+
+def make_policy(kind: str, profile: HardwareProfile, time_scale: float,
+                native: tuple[int, int]):
+    """A fresh policy object (they keep state, so one per run)."""
+    s = profile.scheduler
+    if kind == "explicit":
+        return Scheduler.from_profile(profile, time_scale)
+    estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, time_scale)
+    if kind == "native":
+        return TritonDynamicBatcher(native[0], native[1])
+    if kind == "fixed-window":
+        return FixedWindow(s.base_window_ms, s.max_batch_size, s.max_batch_tokens,
+                           s.max_queue_size, estimator)
+    if kind == "adaptive":
+        return AdaptiveCostBatcher(estimator, s.max_batch_size, s.max_batch_tokens,
+                                   s.max_queue_size)
+    raise ValueError(f"unknown policy {kind!r}; expected explicit or one of {BASELINES}")
+
+
+def run_policy(kind: str, profile: HardwareProfile, time_scale: float,
+               arrivals: Sequence[W.Arrival], native: tuple[int, int],
+               name: str | None = None) -> SimResult:
+    return simulate(make_policy(kind, profile, time_scale, native), arrivals,
+                    profile.cost_model, profile.emulation.cost_mode, time_scale,
+                    name=name or kind)
+
+
+def capacities(profile: HardwareProfile, time_scale: float, spec: WorkloadSpec | None,
+               arrivals: Sequence[W.Arrival]) -> tuple[float, float]:
+    """(capacity, FIFO capacity) in req/s for this length mix: full batches of similar
+    lengths (``capacity_rps``), and full batches in arrival order (what a FIFO batcher
+    reaches at best)."""
+    if spec is not None:
+        lengths = spec.length_mix().draw(np.random.default_rng(spec.seed), CAPACITY_SAMPLE).tolist()
+    else:
+        lengths = [a.seq_len for a in arrivals]
+    s, cm, mode = profile.scheduler, profile.cost_model, profile.emulation.cost_mode
+    cap = capacity_rps(cm, mode, time_scale, lengths, s.max_batch_size, s.max_batch_tokens)
+    mb = s.max_batch_size
+    fifo_ms = sum(device_ms(cm, lengths[i:i + mb], mode, time_scale)
+                  for i in range(0, len(lengths), mb))
+    return cap, len(lengths) / (fifo_ms / 1000.0)
+
+
+# -- tuning -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TuneResult:
+    alpha: float
+    beta: float
+    base_window_ms: float
+    goodput_rps: float
+    sla_attainment: float
+    p99_ms: float
+    is_profile: bool  # the profile's own setting
+
+    def key(self) -> tuple:
+        """Best first: goodput, then attainment, then P99; ties to the smaller values."""
+        p99 = self.p99_ms if not math.isnan(self.p99_ms) else math.inf
+        return (-round(self.goodput_rps, 9), -round(self.sla_attainment, 12), p99,
+                self.alpha, self.beta, self.base_window_ms)
+
+
+def tuned_profile(profile: HardwareProfile, alpha: float, beta: float,
+                  base_window_ms: float) -> HardwareProfile:
+    return with_overrides(profile, {"scheduler": {"alpha": alpha, "beta": beta,
+                                                  "base_window_ms": base_window_ms}},
+                          source=f"simulate --tune (alpha={alpha:g}, beta={beta:g}, "
+                                 f"base_window_ms={base_window_ms:g})")
+
+
+_TUNE_STATE: dict[str, Any] = {}
+
+
+def _tune_init(profile: HardwareProfile, time_scale: float, arrivals) -> None:
+    _TUNE_STATE.update(profile=profile, time_scale=time_scale, arrivals=arrivals)
+
+
+def _tune_one(setting: tuple[float, float, float]) -> tuple[float, float, float, float]:
+    alpha, beta, window = setting
+    p = tuned_profile(_TUNE_STATE["profile"], alpha, beta, window)
+    r = simulate(Scheduler.from_profile(p, _TUNE_STATE["time_scale"]), _TUNE_STATE["arrivals"],
+                 p.cost_model, p.emulation.cost_mode, _TUNE_STATE["time_scale"])
+    return r.goodput_rps, r.sla_attainment, r.p99_ms, r.met
+
+
+def tune_grid(profile: HardwareProfile, alphas: Sequence[float], betas: Sequence[float],
+              windows: Sequence[float]) -> list[tuple[float, float, float]]:
+    """Every (alpha, beta, base_window_ms) of the grid, plus the profile's own setting."""
+    s = profile.scheduler
+    grid = list(itertools.product(alphas, betas, windows))
+    own = (s.alpha, s.beta, s.base_window_ms)
+    if own not in grid:
+        grid.append(own)
+    return grid
+
+
+def tune(profile: HardwareProfile, time_scale: float, arrivals: Sequence[W.Arrival],
+         grid: Sequence[tuple[float, float, float]], jobs: int = 1,
+         progress: bool = True) -> list[TuneResult]:
+    """One simulation per setting; results best first (deterministic whatever ``jobs``)."""
+    from tqdm import tqdm
+
+    s = profile.scheduler
+    own = (s.alpha, s.beta, s.base_window_ms)
+    bar = tqdm(total=len(grid), desc="simulate --tune", unit="setting", disable=not progress,
+               file=sys.stderr)
+    try:
+        if jobs > 1:
+            with ProcessPoolExecutor(max_workers=jobs, initializer=_tune_init,
+                                     initargs=(profile, time_scale, list(arrivals))) as pool:
+                outcomes = []
+                for out in pool.map(_tune_one, grid):
+                    outcomes.append(out)
+                    bar.update()
+        else:
+            _tune_init(profile, time_scale, arrivals)
+            outcomes = []
+            for setting in grid:
+                outcomes.append(_tune_one(setting))
+                bar.update()
+    finally:
+        bar.close()
+    results = [TuneResult(a, b, w, g, att, p99, (a, b, w) == own)
+               for (a, b, w), (g, att, p99, _) in zip(grid, outcomes)]
+    return sorted(results, key=TuneResult.key)
+
+
+def tune_table(results: Sequence[TuneResult], top: int) -> str:
+    own = next(r for r in results if r.is_profile)
+    lines = ["| rank | alpha | beta | base_window_ms | goodput (req/s) | SLA attainment | "
+             "P99 (ms) | goodput vs profile |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    shown = list(enumerate(results[:top], 1))
+    if not any(r.is_profile for _, r in shown):
+        shown.append((results.index(own) + 1, own))
+    for rank, r in shown:
+        delta = (r.goodput_rps / own.goodput_rps - 1.0) if own.goodput_rps > 0 else math.nan
+        label = " (profile)" if r.is_profile else ""
+        lines.append(f"| {rank} | {r.alpha:g} | {r.beta:g} | {r.base_window_ms:g}{label} | "
+                     f"{r.goodput_rps:,.1f} | {r.sla_attainment:.1%} | {report.fmt_ms(r.p99_ms)} "
+                     f"| {'-' if math.isnan(delta) else f'{delta:+.1%}'} |")
+    return "\n".join(lines)
+
+
+def write_profile_file(profile: HardwareProfile, path: str, header: str) -> HardwareProfile:
+    """Write ``profile`` as a profile file named after ``path`` (the loader requires the
+    name to match the file name) and read it back through the validating loader."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    doc = asdict(profile)
+    del doc["source"]
+    doc["name"] = stem
+    # Empty: a tuned copy beside its original must not win NVML auto-selection; pick it
+    # by name (model parameter hardware_profile, or EXPLICIT_BATCHING_PROFILE).
+    doc["device_match"] = []
+    text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    text += yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return load_profile(path)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+@click.command(name="simulate")
+@click.option("--workload", "workload_path", type=click.Path(dir_okay=False),
+              help="workload spec YAML (default: perf_analyzer_configs/workloads/"
+                   "mixed_poisson.yaml); the options below override its keys")
+@click.option("--arrival", type=click.Choice(sorted(W.ARRIVAL_PROCESSES)),
+              help="arrival process (a new one starts from no parameters)")
+@click.option("--rate", type=float, help="mean arrival rate (req/s); the process's rate "
+              "parameters are scaled together (bursty keeps its burst ratio)")
+@click.option("--arrival-param", "arrival_param", multiple=True, metavar="KEY=VALUE",
+              help="an arrival-process parameter, e.g. mean_high_s=0.5 (repeatable)")
+@click.option("--lengths", type=click.Choice(sorted(LENGTH_MIXES)), help="length mix")
+@click.option("--sla-classes", help="SLA classes in ms at real-hardware speed, e.g. 50,100,200 "
+              "(multiplied by the time scale)")
+@click.option("--duration-s", type=float, help="simulated seconds")
+@click.option("--seed", type=int)
+@click.option("--profile", help="hardware profile name (model_repository/emulated_explicit/"
+              "profiles) or path to a profile YAML")
+@click.option("--time-scale", type=float, help="EMULATED device slow-down (default: the spec's, "
+              "else the profile's emulation.time_scale)")
+@click.option("--request-intervals", type=click.Path(exists=True, dir_okay=False),
+              help="replay a perf_analyzer --request-intervals trace instead (needs "
+                   "--input-data)")
+@click.option("--input-data", type=click.Path(exists=True, dir_okay=False),
+              help="the perf_analyzer --input-data file paired with --request-intervals")
+@click.option("--baselines", default="native", show_default=True,
+              help=f"comma-separated baselines besides explicit: {', '.join(BASELINES)}")
+@click.option("--native-delay-us", type=int,
+              help="native max_queue_delay_microseconds (default: the shipped emulated_native "
+                   "config)")
+@click.option("--tune", "do_tune", is_flag=True, help="grid-search alpha, beta and base_window_ms")
+@click.option("--alphas", help="--tune grid for alpha (default 0.2,0.3,0.4,0.5)")
+@click.option("--betas", help="--tune grid for beta (default 0.1,0.2,0.3)")
+@click.option("--windows", help="--tune grid for base_window_ms (default: 0.5x, 1x, 2x the "
+              "profile's)")
+@click.option("--top", type=click.IntRange(1), default=5, show_default=True,
+              help="--tune: settings shown")
+@click.option("--write-profile", type=click.Path(dir_okay=False),
+              help="--tune: write the best setting as a profile YAML here")
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
+              help="--tune: worker processes (the result does not depend on it)")
+@click.option("--no-progress", is_flag=True, help="--tune: no progress bar")
+def command(workload_path, arrival, rate, arrival_param, lengths, sla_classes, duration_s,
+            seed, profile, time_scale, request_intervals, input_data, baselines,
+            native_delay_us, do_tune, alphas, betas, windows, top, write_profile, jobs,
+            no_progress) -> None:
+    """Simulate explicit control vs Triton's batcher (and baselines) on a workload.
+
+    Deterministic: the same arguments print the same table. --tune grid-searches the
+    elastic window (alpha, beta, base_window_ms) by goodput.
+    """
+    if (request_intervals is None) != (input_data is None):
+        raise click.UsageError("--request-intervals and --input-data go together")
+    if write_profile and not do_tune:
+        raise click.UsageError("--write-profile needs --tune")
+    kinds = [b.strip() for b in baselines.split(",") if b.strip()]
+    for b in kinds:
+        if b not in BASELINES:
+            raise click.BadParameter(f"{b!r} is not one of {', '.join(BASELINES)}",
+                                     param_hint="--baselines")
+    try:
+        spec = load_workload_spec(workload_path or DEFAULT_WORKLOAD)
+        spec = apply_overrides(
+            spec, arrival=arrival, arrival_params=parse_params(arrival_param, "--arrival-param"),
+            rate=rate, lengths=lengths,
+            sla_classes=parse_float_list(sla_classes, "--sla-classes") if sla_classes else None,
+            duration_s=duration_s, seed=seed, profile=profile, time_scale=time_scale)
+        prof = resolve_profile(spec.profile)
+        scale = spec.time_scale if spec.time_scale is not None else prof.emulation.time_scale
+        if request_intervals:
+            arrivals = trace_arrivals(request_intervals, input_data, scale,
+                                      prof.scheduler.default_sla_ms)
+            workload_text = (f"perf_analyzer trace `{request_intervals}` with `{input_data}` "
+                             f"(send k uses data entry k, cycling), {len(arrivals):,} requests "
+                             f"over {arrivals[-1].time_s:.1f} s (mean "
+                             f"{len(arrivals) / max(arrivals[-1].time_s, 1e-9):,.1f} req/s), "
+                             f"SLAs x time scale {scale:g}")
+        else:
+            arrivals = spec.arrivals(scale)
+            workload_text = spec.describe(scale) + f", {len(arrivals):,} requests"
+    except (SpecError, ProfileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if not arrivals:
+        raise click.ClickException("the workload holds no requests (rate or duration too small)")
+    native = shipped_native_batcher()
+    if native_delay_us is not None:
+        native = (native[0], native_delay_us)
+    cap, fifo = capacities(prof, scale, None if request_intervals else spec, arrivals)
+    offered = len(arrivals) / max(arrivals[-1].time_s, 1e-9)
+
+    out = [
+        f"# Simulated: explicit control vs Triton's batcher model ({prof.name}, EMULATED)",
+        "",
+        f"Command: `{report.command_line(click.get_current_context())}`",
+        "",
+        f"- Device: the **EMULATED** cost model of profile `{prof.name}` ({prof.description}; "
+        f"{prof.source}), cost mode {prof.emulation.cost_mode}, time scale {scale:g}: "
+        f"simulated, not measured.",
+        f"- Workload: {workload_text}.",
+        f"- Offered {offered:,.1f} req/s = {offered / cap:.0%} of capacity ({cap:,.0f} req/s: "
+        f"full batches of similar lengths) and {offered / fifo:.0%} of the FIFO figure "
+        f"({fifo:,.0f} req/s: full batches in arrival order, what a FIFO batcher reaches "
+        f"at best).",
+        f"- explicit = `Scheduler.from_profile({prof.name})`; native = Triton's dynamic "
+        f"batcher model (`TritonDynamicBatcher`, max_batch_size {native[0]}, "
+        f"max_queue_delay_microseconds {native[1]}, as in emulated_native's config)"
+        + ("; fixed-window = `FixedWindow(base_window_ms)`" if "fixed-window" in kinds else "")
+        + ("; adaptive = `AdaptiveCostBatcher` (BentoML-style)" if "adaptive" in kinds else "")
+        + ".",
+        "",
+    ]
+    rows = []
+    if do_tune:
+        s = prof.scheduler
+        try:
+            a_grid = parse_float_list(alphas, "--alphas") if alphas else TUNE_ALPHAS
+            b_grid = parse_float_list(betas, "--betas") if betas else TUNE_BETAS
+            w_grid = (parse_float_list(windows, "--windows") if windows else
+                      tuple(sorted({min(max(s.base_window_ms * f, s.min_window_ms),
+                                        s.max_window_ms) for f in TUNE_WINDOW_FACTORS})))
+            grid = tune_grid(prof, a_grid, b_grid, w_grid)
+            for a, b, w in grid:  # validate every setting before the first simulation
+                tuned_profile(prof, a, b, w)
+        except ProfileError as exc:
+            raise click.ClickException(str(exc)) from None
+        results = tune(prof, scale, arrivals, grid, jobs=jobs, progress=not no_progress)
+        best = results[0]
+        own = next(r for r in results if r.is_profile)
+        best_profile = tuned_profile(prof, best.alpha, best.beta, best.base_window_ms)
+        out += [
+            f"## Tuning the elastic window: {len(grid)} settings by goodput",
+            "",
+            f"Grid: alpha {{{', '.join(f'{x:g}' for x in a_grid)}}} x beta "
+            f"{{{', '.join(f'{x:g}' for x in b_grid)}}} x base_window_ms "
+            f"{{{', '.join(f'{x:g}' for x in w_grid)}}}, plus the profile's own "
+            f"(alpha {s.alpha:g}, beta {s.beta:g}, base_window_ms {s.base_window_ms:g}). "
+            f"Ranked by goodput, then SLA attainment, then P99.",
+            "",
+            tune_table(results, top),
+            "",
+            f"Best: alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
+            f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
+            f"{own.goodput_rps:,.1f} with the profile's own setting.",
+            "",
+        ]
+        if write_profile:
+            header = (f"Profile {prof.name} with the elastic window tuned by\n"
+                      f"  {report.command_line(click.get_current_context())}\n"
+                      f"alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
+                      f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
+                      f"{own.goodput_rps:,.1f} with the profile's own setting,\n"
+                      f"simulated on the EMULATED device at time scale {scale:g} "
+                      f"(base_window_ms is in that time scale's milliseconds).\n"
+                      f"Everything else is {prof.source} as it was, except device_match:\n"
+                      f"empty, so select this profile by name (model parameter "
+                      f"hardware_profile or EXPLICIT_BATCHING_PROFILE).")
+            try:
+                written = write_profile_file(best_profile, write_profile, header)
+            except (OSError, ProfileError) as exc:
+                raise click.ClickException(f"--write-profile: {exc}") from None
+            out += [f"Wrote the best setting to `{write_profile}` (profile `{written.name}`).",
+                    ""]
+        rows.append(report.from_sim(run_policy("explicit", best_profile, scale, arrivals,
+                                               native), "explicit (tuned)"))
+    rows.append(report.from_sim(run_policy("explicit", prof, scale, arrivals, native),
+                                "explicit"))
+    for kind in kinds:
+        rows.append(report.from_sim(run_policy(kind, prof, scale, arrivals, native), kind))
+    out += ["## Results", "",
+            report.summary_table(rows, ratio=("explicit", "native") if "native" in kinds else None),
+            "",
+            "Columns: goodput = requests finished within their SLA per second; SLA attainment = "
+            "met / all requests; P50 / P99 per SLA class over completed requests; util. "
+            "fluctuation = std of the per-second device busy fraction; padding waste = "
+            "(padded - real tokens) / padded tokens; rejected = queue full, shed as "
+            "infeasible, or never served."]
+    click.echo("\n".join(out))
