@@ -3,6 +3,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 HTTP_PORT ?= 8000
+# Extra tritonserver flags, e.g. SERVE_ARGS='--model-control-mode=explicit --load-model=*'
+SERVE_ARGS ?=
 
 .PHONY: help setup serve test test-unit bench-smoke reliability simulate-report clean
 
@@ -23,7 +25,7 @@ $(STAMP): requirements.txt setup.py scripts/setup_env.sh
 	@touch $@
 
 serve: setup
-	$(PY) -m triton_backend.launcher --http-port $(HTTP_PORT)
+	$(PY) -m triton_backend.launcher --http-port $(HTTP_PORT) $(SERVE_ARGS)
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -170,10 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--metrics-port", type=int, default=None)
-    args = parser.parse_args(argv)
+    # Anything else goes to tritonserver as is, e.g. --model-control-mode=explicit
+    # --load-model=* (the operator tools reload models through the load API).
+    args, tritonserver_args = parser.parse_known_args(argv)
     grpc = args.grpc_port or args.http_port + 1
     metrics = args.metrics_port or args.http_port + 2
-    server = TritonServer(args.model_repository, args.http_port, grpc, metrics)
+    server = TritonServer(args.model_repository, args.http_port, grpc, metrics,
+                          extra_args=tuple(tritonserver_args))
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"starting tritonserver on {server.model_repository}", flush=True)
