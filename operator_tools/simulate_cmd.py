@@ -35,8 +35,7 @@ import numpy as np
 import yaml
 
 from scheduler_core import workload as W
-from scheduler_core.baselines import AdaptiveCostBatcher, FixedWindow, TritonDynamicBatcher
-from scheduler_core.cost_model import CostEstimator
+from scheduler_core import baselines
 from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile,
                                     profile_path, with_overrides)
 from scheduler_core.scheduler import Scheduler
@@ -350,19 +349,8 @@ def shipped_native_batcher(path: str = NATIVE_CONFIG) -> tuple[int, int]:
 def make_policy(kind: str, profile: HardwareProfile, time_scale: float,
                 native: tuple[int, int]):
     """A fresh policy object (they keep state, so one per run)."""
-    s = profile.scheduler
-    if kind == "explicit":
-        return Scheduler.from_profile(profile, time_scale)
-    estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, time_scale)
-    if kind == "native":
-        return TritonDynamicBatcher(native[0], native[1])
-    if kind == "fixed-window":
-        return FixedWindow(s.base_window_ms, s.max_batch_size, s.max_batch_tokens,
-                           s.max_queue_size, estimator)
-    if kind == "adaptive":
-        return AdaptiveCostBatcher(estimator, s.max_batch_size, s.max_batch_tokens,
-                                   s.max_queue_size)
-    raise ValueError(f"unknown policy {kind!r}; expected explicit or one of {BASELINES}")
+    return baselines.make_policy(kind, profile, time_scale, native_max_batch_size=native[0],
+                                 native_delay_us=native[1])
 
 
 def run_policy(kind: str, profile: HardwareProfile, time_scale: float,

@@ -74,7 +74,8 @@ from typing import Sequence
 
 from .cost_model import CostEstimator
 from .request import QueuedRequest
-from .scheduler import BatchDecision, QueueFull
+from .profile import HardwareProfile
+from .scheduler import BatchDecision, QueueFull, Scheduler, take_fifo
 
 DEADLINE_INFEASIBLE = "deadline infeasible"
 
@@ -93,20 +94,11 @@ def _check_number(name: str, value, lo: float = 0.0) -> None:
 def fifo_prefix(queue: Sequence[QueuedRequest] | deque, max_batch_size: int,
                 max_batch_tokens: int | None) -> list[QueuedRequest]:
     """The longest queue prefix within the size and padded-token limits (the first request
-    is always taken, so an oversized request cannot block the queue)."""
+    is always taken, so an oversized request cannot block the queue); no token limit when
+    ``max_batch_tokens`` is None (Triton's batcher has none)."""
     if max_batch_tokens is None:
         return list(itertools.islice(queue, max_batch_size))
-    batch: list[QueuedRequest] = []
-    longest = 0
-    for req in queue:
-        if len(batch) >= max_batch_size:
-            break
-        new_longest = longest if longest >= req.seq_len else req.seq_len
-        if batch and new_longest * (len(batch) + 1) > max_batch_tokens:
-            break
-        batch.append(req)
-        longest = new_longest
-    return batch
+    return take_fifo(queue, max_batch_size, max_batch_tokens)
 
 
 class _FifoPolicy:
@@ -422,3 +414,28 @@ class AdaptiveCostBatcher:
     def __repr__(self) -> str:
         return (f"AdaptiveCostBatcher(max_batch_size={self.max_batch_size}, "
                 f"queue_depth={len(self._queued)}, shed={self.shed})")
+
+
+POLICIES = ("explicit", "native", "fixed-window", "adaptive")
+
+
+def make_policy(kind: str, profile: HardwareProfile, time_scale: float | None = None,
+                native_max_batch_size: int | None = None, native_delay_us: int = 0):
+    """A fresh policy object for one simulation run (policies keep state).
+
+    ``explicit`` is the shipped ``Scheduler``; ``native`` Triton's dynamic batcher with
+    ``native_max_batch_size`` (default: the profile's) and ``native_delay_us``."""
+    scale = profile.emulation.time_scale if time_scale is None else time_scale
+    s = profile.scheduler
+    if kind == "explicit":
+        return Scheduler.from_profile(profile, scale)
+    if kind == "native":
+        return TritonDynamicBatcher(native_max_batch_size or s.max_batch_size, native_delay_us)
+    estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, scale)
+    if kind == "fixed-window":
+        return FixedWindow(s.base_window_ms, s.max_batch_size, s.max_batch_tokens,
+                           s.max_queue_size, estimator)
+    if kind == "adaptive":
+        return AdaptiveCostBatcher(estimator, s.max_batch_size, s.max_batch_tokens,
+                                   s.max_queue_size)
+    raise ValueError(f"unknown policy {kind!r}; expected one of {POLICIES}")

@@ -31,11 +31,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from scheduler_core import workload as W  # noqa: E402
-from scheduler_core.baselines import (AdaptiveCostBatcher, FixedWindow,  # noqa: E402
-                                      TritonDynamicBatcher)
-from scheduler_core.cost_model import CostEstimator  # noqa: E402
+from scheduler_core import baselines  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
-from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, device_ms, simulate  # noqa: E402
 
 PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")
@@ -73,20 +70,7 @@ def _arrivals(name: str, rate_rps: float, duration_s: float, seed: int):
 
 
 def make_policy(name: str, policy: str, delay_us: int | None):
-    p = _profile(name)
-    s = p.scheduler
-    estimator = CostEstimator(p.cost_model, p.emulation.cost_mode, p.emulation.time_scale)
-    if policy == "explicit":
-        return Scheduler.from_profile(p)
-    if policy == "native":
-        return TritonDynamicBatcher(s.max_batch_size, delay_us)
-    if policy == "fixed-window":
-        return FixedWindow(s.base_window_ms, s.max_batch_size, s.max_batch_tokens,
-                           s.max_queue_size, estimator)
-    if policy == "adaptive":
-        return AdaptiveCostBatcher(estimator, s.max_batch_size, s.max_batch_tokens,
-                                   s.max_queue_size)
-    raise ValueError(f"unknown policy {policy!r}; expected one of {POLICY_ORDER}")
+    return baselines.make_policy(policy, _profile(name), native_delay_us=delay_us or 0)
 
 
 def run_one(task: tuple) -> dict:
