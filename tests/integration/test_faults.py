@@ -63,6 +63,8 @@ def fault_server(tmp_path_factory):
     os.makedirs(bad_dir)
     with open(os.path.join(bad_dir, "t4.yaml"), "w") as fh:
         fh.write("name: t4\nscheduler:\n  max_batch_size: -3\n")
+    _model(repo, "escaping_profile_explicit", _param("hardware_profile", "t4"),
+           profile_dir="../../../etc")
     log = str(tmp_path_factory.mktemp("faultlogs") / "tritonserver.log")
     srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
         "--model-control-mode=explicit", f"--load-model={MODEL}"))
@@ -184,6 +186,9 @@ def test_bad_profiles_fail_the_load_with_file_key_and_value(fault_server):
         with pytest.raises(InferenceServerException, match="hardware_profile names profile 'v100'"):
             client.load_model("unknown_profile_explicit")
         assert not client.is_model_ready("unknown_profile_explicit")
+        # nothing in a config can make the model read outside the model repository
+        with pytest.raises(InferenceServerException, match="leaves the model repository"):
+            client.load_model("escaping_profile_explicit")
         assert client.is_model_ready(MODEL)  # the rest keeps serving
     finally:
         client.close()

@@ -41,6 +41,8 @@ def _cases() -> list[tuple]:
         ("sla-inf", _ids(8), np.int64, math.inf, "SLA_MS"),
         ("wrong-dtype", _ids(8).astype(np.int32), np.int32, None, "INT"),
         ("missing-input-ids", None, np.int64, 100.0, "INPUT_IDS"),
+        ("wrong-rank", _ids(8).reshape(1, 2, 4), np.int64, None, "shape"),
+        ("sla-absurd", _ids(8), np.int64, 1e12, "exceeds the maximum"),
     ]
     return cases
 
@@ -48,8 +50,10 @@ def _cases() -> list[tuple]:
 def _inputs(module, ids, dtype, sla):
     inputs = []
     if ids is not None:
-        t = module.InferInput("INPUT_IDS", [1, len(ids)], "INT64" if dtype == np.int64 else "INT32")
-        t.set_data_from_numpy(ids.reshape(1, -1).astype(dtype))
+        shaped = ids if ids.ndim > 1 else ids.reshape(1, -1)
+        t = module.InferInput("INPUT_IDS", list(shaped.shape),
+                              "INT64" if dtype == np.int64 else "INT32")
+        t.set_data_from_numpy(shaped.astype(dtype))
         inputs.append(t)
     if sla is not None:
         s = module.InferInput("SLA_MS", [1, 1], "FP32")
@@ -204,5 +208,25 @@ def test_infeasible_deadline_is_refused_at_once(server):
         assert "UNAVAILABLE" in str(err.value.status())
         ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 500.0))
         assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+    finally:
+        client.close()
+
+
+def test_http_sla_request_parameter(server):
+    """The same parameter contract over HTTP: valid, wrong type, disagreeing with SLA_MS."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    ids = _ids(12)
+    try:
+        ok = client.infer("emulated_explicit", _inputs(httpclient, ids, np.int64, None),
+                          parameters={"sla_ms": 80})
+        np.testing.assert_allclose(ok.as_numpy("EMBEDDING")[0], deterministic_embedding(ids),
+                                   atol=1e-6)
+        for params, sla, needle in (({"sla_ms": "fast"}, None, "sla_ms"),
+                                    ({"sla_ms": True}, None, "sla_ms"),
+                                    ({"sla_ms": 200}, 50.0, "disagree")):
+            with pytest.raises(InferenceServerException, match=needle) as err:
+                client.infer("emulated_explicit", _inputs(httpclient, ids, np.int64, sla),
+                             parameters=params)
+            assert "400" in str(err.value.status())
     finally:
         client.close()
