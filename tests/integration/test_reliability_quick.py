@@ -1,0 +1,40 @@
+"""The reliability suite's short cases (scripts/reliability.py --quick) on a real server:
+overload 2x with recovery, and a short soak. Every request must get exactly one answer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO_ROOT, "scripts", "reliability.py")
+TIMEOUT_S = 120  # the quick suite takes ~45 s here; the margin is for a loaded machine
+
+
+def _table_rows(output: str) -> tuple[list[str], list[list[str]]]:
+    """Header cells and data rows of the printed markdown table."""
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith("|")]
+    header_at = next(i for i, line in enumerate(lines) if "lost" in line and "case" in line)
+    cells = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
+    header = cells(lines[header_at])
+    rows = [cells(line) for line in lines[header_at + 2:]]
+    rows = [r for r in rows if len(r) == len(header)]
+    return header, rows
+
+
+def test_reliability_quick():
+    proc = subprocess.run([sys.executable, SCRIPT, "--quick"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"reliability --quick failed ({proc.returncode}):\n{output}"
+    header, rows = _table_rows(proc.stdout)
+    lost = next(i for i, name in enumerate(header) if name.startswith("lost"))
+    case = header.index("case")
+    assert {r[case] for r in rows} >= {"overload 2x", "soak"}, proc.stdout
+    for row in rows:
+        assert row[lost] == "0", f"{row[case]}: {row[lost]} requests lost\n{proc.stdout}"
