@@ -138,7 +138,7 @@ class ControlConfig:
     # serving it in a tiny batch would cost the throughput everyone else needs.
     min_batch_fill: float = 1.0
     # Requests whose deadline cannot be met even alone and at once: "serve_late" (served
-    # after feasible work, counted) or "reject" (UNAVAILABLE at once).
+    # after feasible work, counted) or "reject" (UNAVAILABLE at the next scheduling step).
     infeasible_policy: str = "reject"
 
 
