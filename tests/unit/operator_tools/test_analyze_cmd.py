@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_tools import analyze_cmd as ana
-from operator_tools import live
+from operator_fakes import scripted_sampling
 from triton_backend.metric_catalog import PREFIX
 
 MODEL = "emulated_explicit"
@@ -104,28 +104,8 @@ def test_pearson_needs_variation():
 
 # -- the command -------------------------------------------------------------------------
 
-class FakeClock:
-    def __init__(self):
-        self.now = 50.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 def live_deps(pages):
-    queue = list(pages)
-    clock = FakeClock()
-
-    def fetch(url):
-        return queue.pop(0) if len(queue) > 1 else queue[0]
-
-    def sample(url, model, duration_s, interval_s):
-        return live.sample_series(url, model, duration_s, interval_s, fetch=fetch, clock=clock,
-                                  sleep=clock.sleep)
-    return live.SamplingDeps(sample=sample)
+    return scripted_sampling(pages, start=50.0)
 
 
 def test_live_mode_samples_the_metrics_port_and_records_a_trace(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from operator_tools import live
+from operator_fakes import FakeClock, scripted_sampling
 from operator_tools import monitor_cmd as mon
 from operator_tools.live import ControlEffect
 from sidecar.triton_metrics import MetricsParseError
@@ -49,17 +50,6 @@ def render_page(gauges=None, sla=None, batch_sum=0.0, batch_count=0.0, profile="
     return "\n".join(lines) + "\n"
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 def steady_pages(n=11, met_per_page=10.0, missed_per_page=0.0, batch=4.0, window_ms=5.0,
                  zones=None, cost=1.0, period=100.0, profile="t4", sla_class="le200ms"):
     """``n`` consecutive pages of a server answering ``met_per_page + missed_per_page``
@@ -77,16 +67,7 @@ def steady_pages(n=11, met_per_page=10.0, missed_per_page=0.0, batch=4.0, window
 
 def fake_sampler(pages):
     """A MonitorDeps whose sampling runs the real ``sample_series`` over ``pages``."""
-    queue = list(pages)
-    clock = FakeClock()
-
-    def fetch(url):
-        return queue.pop(0) if len(queue) > 1 else queue[0]
-
-    def sample(url, model, duration_s, interval_s):
-        return live.sample_series(url, model, duration_s, interval_s, fetch=fetch, clock=clock,
-                                  sleep=clock.sleep)
-    return live.SamplingDeps(sample=sample)
+    return scripted_sampling(pages)
 
 
 def baseline_file(tmp_path, pages, wrap=True):
