@@ -6,13 +6,14 @@ HTTP_PORT ?= 8000
 # Extra tritonserver flags, e.g. SERVE_ARGS='--model-control-mode=explicit --load-model=*'
 SERVE_ARGS ?=
 
-.PHONY: help setup serve test test-unit bench-smoke reliability simulate-report clean
+.PHONY: help setup serve test test-unit bench bench-smoke reliability simulate-report clean
 
 help:
 	@echo "make setup        create .venv with the pinned Triton stack (idempotent)"
 	@echo "make serve        start tritonserver on model_repository/ (HTTP_PORT=$(HTTP_PORT))"
 	@echo "make test         run all tests, including real-server integration tests"
 	@echo "make test-unit    run the fast unit tests only"
+	@echo "make bench        explicit vs best-tuned native, emulated t4/a100 + MiniLM -> results/bench/ (~20 min)"
 	@echo "make bench-smoke  perf_analyzer at a fixed rate: emulated_explicit vs emulated_native"
 	@echo "make reliability  overload 2x (60 s), soak (10 min), native overload -> results/reliability.md"
 	@echo "make simulate-report  simulator: explicit vs native model -> results/simulator_report.md"
@@ -32,6 +33,9 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
+
+bench: setup
+	$(PY) scripts/bench.py
 
 bench-smoke: setup
 	$(PY) scripts/bench_smoke.py

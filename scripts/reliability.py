@@ -58,6 +58,7 @@ from operator_tools.loadgen import (LoadGenerator, LoadResult, OK, concat_phases
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
+from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
 TIME_SCALE = 10.0
@@ -92,62 +93,6 @@ def prepare_repository(dest_dir: str) -> str:
             fh.write(f'\nparameters {{ key: "time_scale" value: {{ string_value: '
                      f'"{TIME_SCALE:g}" }} }}\n')
     return repo
-
-
-def _proc_status(pid: int) -> dict[str, str]:
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                out[key] = value.strip()
-    except OSError:
-        pass
-    return out
-
-
-def rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    value = _proc_status(pid).get("VmRSS")
-    return int(value.split()[0]) / 1024.0 if value else None
-
-
-def threads(pid: int | None) -> int | None:
-    if pid is None:
-        return None
-    value = _proc_status(pid).get("Threads")
-    return int(value) if value else None
-
-
-def cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def find_stub(server_pid: int, repo: str, model: str) -> int | None:
-    """The Python-backend stub of ``model``: a child of our server whose command line
-    names the model's folder in our repository (other servers may run on this machine)."""
-    needle = os.path.join(repo, model, "").encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        if needle in cmdline and model.encode() in cmdline:
-            if _proc_status(int(entry)).get("PPid") == str(server_pid):
-                return int(entry)
-    return None
 
 
 def scrape(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:

@@ -1,0 +1,464 @@
+"""The ``make bench`` report: targets first, then every table the targets come from.
+
+``write(results, out_dir)`` takes what ``scripts/bench.py`` collected (SegmentStats and
+NativeSetting objects in plain dicts) and writes ``report.md``, ``bench.json`` and the
+plots. ``targets(results)`` is the verdict table on its own (unit-tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+from . import benchmark as B
+
+GOODPUT_RATIO_TARGET = 1.75
+KNEE_RATIO_TARGET_PADDED = 3.0
+KNEE_CAPACITY_TARGET = 0.70
+OVERLOAD_TARGET = 0.90
+P99_RATIO_TARGET = 0.6
+FLUCTUATION_RATIO_TARGET = 0.35
+LOWLOAD_P50_TARGET_MS = 1.0
+OVERHEAD_RATE_TARGET = 0.9
+CPU_TARGET_US = 150.0
+DECISION_TARGET_US = 200.0
+MINILM_KNEE_TARGET = 1.3
+NO_MANS_LAND_LOADS = (0.6, 0.7, 0.8)  # the grid's loads inside 60-85 %
+
+
+def _f(v: Any, fmt: str = "{:.1f}") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def _pct(v: Any) -> str:
+    return _f(v, "{:.1%}")
+
+
+def _x(v: Any) -> str:
+    return _f(v, "{:.2f}x")
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**MISSED**")
+
+
+# -- what the targets are computed from ------------------------------------------------------
+
+def poisson_ladder(block: dict, role: str) -> list[tuple[float, B.SegmentStats]]:
+    return sorted(((c["load"], c["measured"][role]) for c in block["cells"]
+                   if c["arrival"] == "poisson" and c["load"] <= 1.0), key=lambda t: t[0])
+
+
+def block_knee(block: dict, role: str) -> tuple[float | None, float | None, B.SegmentStats | None]:
+    ladder = poisson_ladder(block, role)
+    knee, failed = B.knee([(load, s.attainment) for load, s in ladder])
+    stats = next((s for load, s in ladder if load == knee), None)
+    return knee, failed, stats
+
+
+def _cell(block: dict, load: float, arrival: str = "poisson") -> dict | None:
+    return next((c for c in block["cells"] if c["load"] == load and c["arrival"] == arrival),
+                None)
+
+
+def sweep_best(block: dict, metric: str, getter=None, higher_better=None):
+    found = B.best_by(((e["setting"], e["measured"]) for e in block["sweep"]), metric,
+                      getter, higher_better)
+    return found if found else (None, None)
+
+
+def targets(results: dict) -> list[dict]:
+    """One row per target and block: what, measured, ratio, target, verdict."""
+    rows = []
+
+    def add(target: str, scope: str, measured: str, value: float | None, goal: str,
+            ok: bool | None):
+        rows.append({"target": target, "scope": scope, "measured": measured, "value": value,
+                     "goal": goal, "verdict": _verdict(ok)})
+
+    for block in results.get("emulated", []):
+        scope = f"{block['profile']} {block['cost_mode']}"
+        ts = block["time_scale"]
+        # goodput in the no-man's land
+        ratios = []
+        for c in block["cells"]:
+            if c["load"] in NO_MANS_LAND_LOADS:
+                r = B.ratio(c["measured"]["explicit"].goodput_rps,
+                            c["measured"]["native"].goodput_rps)
+                ratios.append((r if not math.isnan(r) else math.inf if
+                               c["measured"]["explicit"].goodput_rps > 0 else math.nan,
+                               c))
+        if ratios:
+            worst, cell = min(ratios, key=lambda t: t[0])
+            add("goodput at 60-80 % load vs best native", scope,
+                f"worst cell {cell['arrival']} {cell['load']:.0%}: "
+                f"{cell['measured']['explicit'].goodput_rps:.1f} vs "
+                f"{cell['measured']['native'].goodput_rps:.1f} req/s", worst,
+                f">= {GOODPUT_RATIO_TARGET}x", worst >= GOODPUT_RATIO_TARGET)
+        # knee
+        ek, ef, _ = block_knee(block, "explicit")
+        nk, nf, _ = block_knee(block, "native")
+        knee_ratio = B.ratio(ek, nk) if nk else math.inf if ek else math.nan
+        padded = block["cost_mode"] == "padded"
+        add("knee (>= 99 % attainment) vs native", scope,
+            f"explicit {_pct(ek)} (next rung {_pct(ef)}), native {_pct(nk)} "
+            f"(next rung {_pct(nf)}) of capacity", knee_ratio,
+            f">= {KNEE_RATIO_TARGET_PADDED}x" if padded else "as measured",
+            (knee_ratio >= KNEE_RATIO_TARGET_PADDED) if padded else None)
+        add("explicit knee vs no-padding capacity", scope, f"{_pct(ek)} of "
+            f"{block['capacity_rps']:.1f} req/s", ek, f">= {KNEE_CAPACITY_TARGET:.0%}",
+            None if ek is None else ek >= KNEE_CAPACITY_TARGET)
+        # overload
+        over = _cell(block, 2.0)
+        _, _, knee_stats = block_knee(block, "explicit")
+        if over is not None and knee_stats is not None:
+            e, n = over["measured"]["explicit"], over["measured"]["native"]
+            r = B.ratio(e.goodput_rps, knee_stats.goodput_rps)
+            add("2x overload goodput vs explicit's knee goodput", scope,
+                f"explicit {e.goodput_rps:.1f} vs knee {knee_stats.goodput_rps:.1f} req/s; "
+                f"native {n.goodput_rps:.1f} req/s", r, f">= {OVERLOAD_TARGET:.0%}",
+                r >= OVERLOAD_TARGET)
+        # 70 %: P99 of the tightest class, fluctuation
+        c70 = _cell(block, 0.7)
+        if c70 is not None:
+            tight = min(block["sla_classes_ms"])
+            e = c70["measured"]["explicit"]
+            setting, nat = sweep_best(block, "p99-tight", lambda s: s.class_p99(tight), False)
+            if nat is not None:
+                r = B.ratio(e.class_p99(tight), nat.class_p99(tight))
+                add(f"P99 of the {tight / ts:g} ms class at 70 % vs best native", scope,
+                    f"explicit {_f(e.class_p99(tight))} ms vs {_f(nat.class_p99(tight))} ms "
+                    f"({setting.label}); over answered requests, at time scale {ts:g}",
+                    r, f"<= {P99_RATIO_TARGET}x", r <= P99_RATIO_TARGET)
+            setting, nat = sweep_best(block, "fluctuation")
+            if nat is not None:
+                r = B.ratio(e.fluctuation, nat.fluctuation)
+                add("utilisation fluctuation at 70 % vs best native", scope,
+                    f"explicit {_f(e.fluctuation, '{:.3f}')} vs {_f(nat.fluctuation, '{:.3f}')}"
+                    f" ({setting.label})", r, f"<= {FLUCTUATION_RATIO_TARGET}x",
+                    r <= FLUCTUATION_RATIO_TARGET)
+
+    ts1 = results.get("ts1")
+    if ts1:
+        ll = ts1["lowload"]
+        best = B.best_by(((e["setting"], e["measured"]) for e in ll["native"]), "p50")
+        if best:
+            diff = ll["explicit"].p50_ms - best[1].p50_ms
+            add("P50 at 20 % load above best native", "t4 padded, time scale 1",
+                f"explicit {ll['explicit'].p50_ms:.2f} ms vs {best[1].p50_ms:.2f} ms "
+                f"({best[0].label})", diff, f"<= +{LOWLOAD_P50_TARGET_MS} ms",
+                diff <= LOWLOAD_P50_TARGET_MS)
+        top = overhead_top(ts1)
+        if top["explicit"] is not None or top["native"] is not None:
+            r = B.ratio(top["explicit"], top["native"])
+            add("highest sustainable same-length rate vs native", "t4 padded, time scale 1",
+                f"explicit {_f(top['explicit'], '{:.0f}')} vs native "
+                f"{_f(top['native'], '{:.0f}')} req/s ({top['native_label'] or '-'}); "
+                f"highest rung tried {max(r_['rate_rps'] for r_ in ts1['overhead'])}",
+                r, f">= {OVERHEAD_RATE_TARGET}x",
+                None if math.isnan(r) else r >= OVERHEAD_RATE_TARGET)
+        cpu = explicit_cpu_us(results)
+        if cpu is not None:
+            total, native, extra = cpu
+            add("explicit path CPU per request: its stub minus the native stub, same traffic",
+                "overhead rungs, median", f"explicit stub {total:.0f} us, native stub "
+                f"{native:.0f} us (the Python backend's own per-request cost, paid by both)",
+                extra, f"<= {CPU_TARGET_US:.0f} us", extra <= CPU_TARGET_US)
+    dec = results.get("decision")
+    if dec:
+        worst = max(dec["results"], key=lambda m: m["median_us"])
+        add("scheduling decision at queue depth 1000 (median, worst mode)", "microbenchmark",
+            f"{worst['profile']} {worst['mode']}: {worst['median_us']:.0f} us median, "
+            f"{worst['p90_us']:.0f} us p90", worst["median_us"], f"<= {DECISION_TARGET_US:.0f} us",
+            worst["median_us"] <= DECISION_TARGET_US)
+    mini = results.get("minilm")
+    if mini:
+        ek, nk = minilm_knees(mini)
+        r = B.ratio(ek, nk) if nk else math.nan
+        add("MiniLM throughput at >= 99 % attainment vs native", "CPU, lengths 16-256",
+            f"explicit {_f(ek, '{:.0f}')} vs native {_f(nk, '{:.0f}')} req/s", r,
+            f">= {MINILM_KNEE_TARGET}x", None if math.isnan(r) else r >= MINILM_KNEE_TARGET)
+    return rows
+
+
+def overhead_top(ts1: dict) -> dict:
+    """Highest sustainable rate of explicit, and of the better native setting."""
+    top: dict[str, Any] = {"explicit": None, "native": None, "native_label": None}
+    alive: dict[str, bool] = {}
+    for row in ts1["overhead"]:
+        for key, stats in row.items():
+            if key == "rate_rps" or alive.get(key) is False:
+                continue
+            ok = B.sustainable(stats, row["rate_rps"], 50.0)
+            alive[key] = ok
+            if not ok:
+                continue
+            if key == "explicit":
+                top["explicit"] = row["rate_rps"]
+            elif top["native"] is None or row["rate_rps"] > top["native"]:
+                top["native"], top["native_label"] = row["rate_rps"], key
+    return top
+
+
+def explicit_cpu_us(results: dict) -> tuple[float, float, float] | None:
+    """Median over the overhead rungs of (explicit stub CPU per request, the cheapest native
+    stub's on the same rung, their difference): what the explicit path adds on top of
+    the Python backend's per-request cost, which both models pay."""
+    rows = []
+    for row in (results.get("ts1") or {}).get("overhead", []):
+        e = row.get("explicit")
+        natives = [v.stub_cpu_us_per_request for k, v in row.items()
+                   if k not in ("rate_rps", "explicit") and v.stub_cpu_us_per_request is not None]
+        if e is None or e.stub_cpu_us_per_request is None or not natives:
+            continue
+        rows.append((e.stub_cpu_us_per_request, min(natives)))
+    if not rows:
+        return None
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    total, native = med([r[0] for r in rows]), med([r[1] for r in rows])
+    return total, native, med([a - b for a, b in rows])
+
+
+def minilm_knees(mini: dict) -> tuple[float | None, float | None]:
+    out = []
+    for role in ("explicit", "native"):
+        ladder = [(r["rate_rps"], r[role].attainment) for r in mini["rungs"] if role in r]
+        out.append(B.knee(ladder)[0])
+    return out[0], out[1]
+
+
+# -- markdown -----------------------------------------------------------------------------
+
+def _stats_cells(s: B.SegmentStats, slas) -> list[str]:
+    cells = [_f(s.goodput_rps), _pct(s.attainment)]
+    cells.append(" / ".join(_f(s.per_class.get(c, (math.nan,) * 3)[1], "{:.0f}") for c in slas))
+    cells += [_f(s.p50_ms), _f(s.fluctuation, "{:.3f}"), _f(s.mean_busy, "{:.2f}")]
+    return cells
+
+
+def _errors(s: B.SegmentStats) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "0"
+
+
+def block_markdown(block: dict) -> list[str]:
+    ts, slas = block["time_scale"], block["sla_classes_ms"]
+    lines = [f"### {block['profile']}, {block['cost_mode']} mode (EMULATED, time scale {ts:g})",
+             "",
+             f"Capacity {block['capacity_rps']:.1f} req/s at time scale {ts:g} "
+             f"({block['capacity_device_rps']:,.0f} req/s at device speed). SLA classes "
+             f"{' / '.join(f'{s:g}' for s in slas)} ms (= {' / '.join(f'{s / ts:g}' for s in slas)}"
+             f" ms x {ts:g}).", "",
+             f"**Native sweep** at {B_LOAD_70} Poisson (measured; sim = simulator on the same "
+             f"arrivals). Native in the grid below: **{block['native_setting'].label}** "
+             f"(best measured goodput).", "",
+             "| native setting | goodput | attainment | P99 per class (ms) | P50 (ms) | "
+             "fluctuation | busy | errors | sim goodput | sim attainment |",
+             "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
+    for e in block["sweep"]:
+        m, s = e["measured"], e["sim"]
+        lines.append("| " + " | ".join([e["setting"].label, *_stats_cells(m, slas), _errors(m),
+                                        _f(s.goodput_rps), _pct(s.attainment)]) + " |")
+    lines += ["", "**Grid** (explicit vs native on the same arrivals; goodput in req/s; "
+              "P99 per class over answered requests; sim = simulator's prediction; "
+              "sim-best = the simulator's best native setting for that cell's goodput "
+              "over the whole sweep):", "",
+              "| load | arrivals | rate | model | goodput | attainment | P99 per class (ms) | "
+              "P50 (ms) | fluctuation | busy | errors | padding | stub CPU/req (us) | "
+              "send lag p99 (ms) | sim goodput | sim attainment | sim P99 per class | "
+              "ratio (meas.) | ratio (sim) | sim-best native |",
+              "|---:|---|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for c in block["cells"]:
+        ratio_m = B.ratio(c["measured"]["explicit"].goodput_rps,
+                          c["measured"]["native"].goodput_rps)
+        ratio_s = B.ratio(c["sim"]["explicit"].goodput_rps, c["sim"]["native"].goodput_rps)
+        best = c.get("sim_best_native", {}).get("goodput")
+        for role in ("explicit", "native"):
+            m, s = c["measured"][role], c["sim"][role]
+            sim_p99 = " / ".join(_f(s.per_class.get(x, (math.nan,) * 3)[1], "{:.0f}")
+                                 for x in slas)
+            first = role == "explicit"
+            lines.append("| " + " | ".join([
+                f"{c['load']:.0%}" if first else "", c["arrival"] if first else "",
+                _f(c["rate_rps"]) if first else "", role, *_stats_cells(m, slas), _errors(m),
+                _pct(m.padding_waste) if m.padding_waste is not None else
+                f"{_pct(s.padding_waste)} (sim)",
+                _f(m.stub_cpu_us_per_request, "{:.0f}"), _f(m.send_lag_p99_ms, "{:.2f}"),
+                _f(s.goodput_rps), _pct(s.attainment), sim_p99,
+                _x(ratio_m) if first else "", _x(ratio_s) if first else "",
+                (f"{best['setting'].label}: {best['sim'].goodput_rps:.1f}" if best and first
+                 else "")]) + " |")
+    ek, ef, _ = block_knee(block, "explicit")
+    nk, nf, _ = block_knee(block, "native")
+    lines += ["", f"Knee (highest Poisson load with >= 99 % attainment, all lower rungs too): "
+              f"explicit **{_pct(ek)}** (next rung {_pct(ef)}), native **{_pct(nk)}** "
+              f"(next rung {_pct(nf)}) of capacity.", ""]
+    return lines
+
+
+B_LOAD_70 = "70 %"
+
+
+def ts1_markdown(ts1: dict) -> list[str]:
+    ll = ts1["lowload"]
+    lines = ["### Low load and overhead (t4, padded, EMULATED at time scale 1: device speed)",
+             "", f"Low load: Poisson at 20 % of capacity ({ll['rate_rps']:.0f} req/s), SLA "
+             f"classes 50 / 100 / 200 ms.", "",
+             "| model | P50 (ms) | P99 (ms) | attainment | sim P50 | send lag p99 (ms) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    e = ll["explicit"]
+    lines.append(f"| explicit | {e.p50_ms:.2f} | {e.p99_ms:.2f} | {_pct(e.attainment)} | "
+                 f"{ll['explicit_sim'].p50_ms:.2f} | {e.send_lag_p99_ms:.2f} |")
+    for n in ll["native"]:
+        m = n["measured"]
+        lines.append(f"| native {n['setting'].label} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | "
+                     f"{_pct(m.attainment)} | {n['sim'].p50_ms:.2f} | {m.send_lag_p99_ms:.2f} |")
+    lines += ["", "Overhead: same length (64 tokens), no SLA input, evenly spaced requests; a "
+              "rung is sustained when >= 99.9 % are answered OK at >= 97 % of the offered "
+              "rate with P99 <= 50 ms. A model stops climbing at its first failed rung.", "",
+              "| rate (req/s) | model | OK / sent | P50 (ms) | P99 (ms) | stub CPU/req (us) | "
+              "server CPU/req (us) | send lag p99 (ms) | sustained |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for row in ts1["overhead"]:
+        for key, s in row.items():
+            if key == "rate_rps":
+                continue
+            lines.append(f"| {row['rate_rps']} | {key} | {s.ok}/{s.sent} | {_f(s.p50_ms, '{:.2f}')}"
+                         f" | {_f(s.p99_ms, '{:.2f}')} | {_f(s.stub_cpu_us_per_request, '{:.0f}')}"
+                         f" | {_f(s.server_cpu_us_per_request, '{:.0f}')} | "
+                         f"{_f(s.send_lag_p99_ms, '{:.2f}')} | "
+                         f"{'yes' if B.sustainable(s, row['rate_rps'], 50.0) else 'no'} |")
+    return lines + [""]
+
+
+def minilm_markdown(mini: dict) -> list[str]:
+    slas = mini["sla_classes_ms"]
+    lines = ["### MiniLM on this CPU (real compute, all-MiniLM-L6-v2, one torch thread)", "",
+             f"Poisson, lengths 16-256 (log-normal, median 48), SLA classes "
+             f"{' / '.join(f'{s:g}' for s in slas)} ms. minilm_native: Triton's dynamic "
+             "batcher as shipped (ragged INPUT_IDS, padded to the batch's longest inside the "
+             "model, max_queue_delay 2000 us).", "",
+             "| rate (req/s) | model | goodput | attainment | P99 per class (ms) | P50 (ms) | "
+             "errors | send lag p99 (ms) |", "|---:|---|---:|---:|---|---:|---|---:|"]
+    for row in mini["rungs"]:
+        for role in ("explicit", "native"):
+            if role not in row:
+                continue
+            s = row[role]
+            lines.append(f"| {row['rate_rps']} | {role} | {s.goodput_rps:.1f} | "
+                         f"{_pct(s.attainment)} | "
+                         + " / ".join(_f(s.per_class.get(c, (math.nan,) * 3)[1], "{:.0f}")
+                                      for c in slas)
+                         + f" | {_f(s.p50_ms)} | {_errors(s)} | {_f(s.send_lag_p99_ms, '{:.2f}')} |")
+    return lines + [""]
+
+
+def decision_markdown(dec: dict) -> list[str]:
+    lines = ["### Scheduling decision at queue depth 1000 (microbenchmark)", "",
+             "| profile | mode | median (us) | p90 (us) | p99 (us) |", "|---|---|---:|---:|---:|"]
+    for m in dec["results"]:
+        lines.append(f"| {m['profile']} | {m['mode']} | {m['median_us']:.0f} | "
+                     f"{m['p90_us']:.0f} | {m['p99_us']:.0f} |")
+    lines += ["", "Details and the profile of the hot path: "
+              "[decision_microbench.md](decision_microbench.md).", ""]
+    return lines
+
+
+def plain(obj: Any) -> Any:
+    """``results`` as JSON-ready data: stats and settings as dicts, non-finite floats as
+    None, keys as strings."""
+    if isinstance(obj, B.SegmentStats):
+        return plain(obj.to_dict())
+    if isinstance(obj, B.NativeSetting):
+        return {"label": obj.label, **plain(dataclasses.asdict(obj))}
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blocks = results.get("emulated", [])
+    if not blocks:
+        return
+    fig, axes = plt.subplots(2, len(blocks), figsize=(4.2 * len(blocks), 7), squeeze=False)
+    for j, block in enumerate(blocks):
+        for role, color in (("explicit", "tab:blue"), ("native", "tab:red")):
+            ladder = poisson_ladder(block, role)
+            loads = [load for load, _ in ladder]
+            sims = {c["load"]: c["sim"][role] for c in block["cells"]
+                    if c["arrival"] == "poisson" and c["load"] <= 1.0}
+            axes[0][j].plot(loads, [s.goodput_rps for _, s in ladder], "o-", color=color,
+                            label=f"{role} measured")
+            axes[0][j].plot(loads, [sims[x].goodput_rps for x in loads], "x--", color=color,
+                            alpha=0.6, label=f"{role} simulated")
+            axes[1][j].plot(loads, [s.attainment for _, s in ladder], "o-", color=color)
+            axes[1][j].plot(loads, [sims[x].attainment for x in loads], "x--", color=color,
+                            alpha=0.6)
+        cap = block["capacity_rps"]
+        axes[0][j].plot([0, 1], [0, cap], ":", color="grey", label="offered")
+        axes[0][j].set_title(f"{block['profile']} {block['cost_mode']} (EMULATED, x{block['time_scale']:g})")
+        axes[0][j].set_ylabel("goodput (req/s)")
+        axes[1][j].set_ylabel("SLA attainment")
+        axes[1][j].set_xlabel("load (fraction of capacity), Poisson")
+        axes[1][j].axhline(0.99, color="grey", lw=0.8)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict, out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bench.json"), "w", encoding="utf-8") as fh:
+        json.dump(plain(results), fh, indent=1, allow_nan=False)
+    plot(results, os.path.join(out_dir, "goodput.png"))
+    rows = targets(results)
+    lines = ["# Benchmark: explicit control vs Triton's dynamic batcher", "",
+             f"Produced by `{results['command']}` on {results['started']} "
+             f"({results['machine']}; wall time {results['wall_s'] / 60:.1f} min"
+             f"{', QUICK run: short segments, thin grid' if results.get('quick') else ''}). "
+             "The emulated device is an **EMULATION** of GPU batch cost (it sleeps for the "
+             "profile's cost model times the time scale); MiniLM is real compute on this "
+             "CPU. One tritonserver 2.51, one model instance each; explicit and native "
+             "alternate on the same arrivals (same seed) in the same run. Open-loop gRPC load "
+             "generator on the same 2 cores as the server; its send lag is in every table.",
+             "", "## Targets", "",
+             "| target | scope | measured | value | goal | verdict |",
+             "|---|---|---|---:|---|---|"]
+    for r in rows:
+        v = r["value"]
+        lines.append(f"| {r['target']} | {r['scope']} | {r['measured']} | "
+                     f"{_f(v, '{:.2f}') if isinstance(v, float) else _f(v)} | {r['goal']} | "
+                     f"{r['verdict']} |")
+    lines += ["", "Capacity (100 % load) is `scheduler_core.simulator.capacity_rps`: "
+              f"200,000 lengths of the mix, sorted and cut into full batches (max_batch_size "
+              "and max_batch_tokens of the profile), requests / total device time: the "
+              "device's throughput with no padding waste. The time scale slows the emulated "
+              "device so capacity sits near 200 req/s, which this machine can drive; SLA "
+              "classes are scaled alike, so ratios and attainment carry over to device speed, "
+              "absolute milliseconds do not.", "",
+              "![goodput and attainment vs load](goodput.png)", "", "## Tables", ""]
+    for block in results.get("emulated", []):
+        lines += block_markdown(block)
+    if results.get("ts1"):
+        lines += ts1_markdown(results["ts1"])
+    if results.get("minilm"):
+        lines += minilm_markdown(results["minilm"])
+    if results.get("decision"):
+        lines += decision_markdown(results["decision"])
+    lines += [f"Segments: {results.get('segments', 0)}; requests lost (no answer at all): "
+              f"{results.get('lost', 0)}.", ""]
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))

@@ -1,0 +1,86 @@
+"""Process facts from /proc (Linux): RSS, threads, CPU seconds, and the Python-backend
+stub that serves a model. Used by the reliability suite and ``make bench``."""
+
+from __future__ import annotations
+
+import os
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
+def rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    value = _proc_status(pid).get("VmRSS")
+    return int(value.split()[0]) / 1024.0 if value else None
+
+
+def threads(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    value = _proc_status(pid).get("Threads")
+    return int(value) if value else None
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process: the sum of its threads' scheduler run time
+    (``/proc/<pid>/task/*/schedstat``, nanoseconds), or ``/proc/<pid>/stat``'s clock ticks
+    (10 ms steps) where schedstat is missing."""
+    if pid is None:
+        return None
+    try:
+        total_ns = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                    total_ns += int(fh.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended meanwhile
+        if total_ns:
+            return total_ns / 1e9
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _start_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def find_stub(server_pid: int, repo: str, model: str) -> int | None:
+    """The Python-backend stub of ``model``: a child of our server whose command line
+    names the model's folder in our repository (other servers may run on this machine).
+    Right after a reload the old stub may still be exiting: the newest one wins."""
+    needle = os.path.join(repo, model, "").encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if needle in cmdline and model.encode() in cmdline:
+            if _proc_status(int(entry)).get("PPid") == str(server_pid):
+                found.append((_start_ticks(int(entry)), int(entry)))
+    return max(found)[1] if found else None

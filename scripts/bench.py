@@ -1,0 +1,576 @@
+"""``make bench``: explicit control vs Triton's own dynamic batcher, best-tuned, same run.
+
+Starts one tritonserver (``--model-control-mode=explicit``, free ports) on the shipped
+model repository and drives it with the open-loop gRPC load generator
+(``operator_tools/loadgen.py``: it keeps sending whatever the server does, records every
+request's outcome and its own send lag, and counts shed requests instead of stopping, which
+perf_analyzer cannot). Each model is reconfigured between blocks through Triton's
+model-repository API (``load_model`` with a config): hardware profile, time scale, cost
+mode, and for the native model its ``dynamic_batching`` section.
+
+Blocks, in order (``--quick`` shortens every segment and thins the grid, for a smoke run):
+
+ts1          t4, padded, time scale 1 (device speed): low load (20 % of capacity, P50) for
+             explicit and native at delays 0 / 500 / 2000 us; overhead: same-length (64),
+             no-SLA traffic at rising fixed rates, the highest rate each model sustains,
+             and the explicit path's CPU per request.
+emulated     for t4 and a100 x padded and ragged: the native sweep at 70 % load (every
+             max_queue_delay x preferred_batch_size option), then the grid with the
+             goodput-best native setting: Poisson at 10/20/30 % (the knee ladder), Poisson
+             and bursty at 40/60/70/80/90 %, Poisson at 200 % (overload). Explicit and
+             native alternate (order flipped per cell) on the very same arrivals.
+minilm       the real all-MiniLM-L6-v2 on this CPU (lengths 16-256): a rate ladder for
+             minilm_explicit and minilm_native, the knee (throughput at >= 99 % attainment).
+decision     ``scripts/bench_decision.py``: one scheduling decision at queue depth 1000.
+
+The EMULATED device sleeps for each batch's modelled cost times the time scale. A time
+scale puts each profile's capacity near ``TARGET_CAPACITY_RPS`` (what 2 cores can drive);
+SLA classes are multiplied by the same factor. Capacity (100 % load) is
+``scheduler_core.simulator.capacity_rps``: the length mix sorted and cut into full batches
+(no padding waste), requests / device time. Every emulated segment is also simulated
+(``scheduler_core.simulator``) on the same arrivals; the report puts the prediction beside
+the measurement.
+
+Writes results/bench/report.md, bench.json and plots. Exit status 0 when the run completed
+(missed targets are reported, not failed); 1 when a segment lost a request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import pickle
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from operator_tools import benchmark as B  # noqa: E402
+from operator_tools.compare_cmd import (Sample, _inside, busy_series, padding_waste,  # noqa: E402
+                                        parse_metrics)
+from operator_tools.live import ModelControl, with_parameters  # noqa: E402
+from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
+from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
+from scheduler_core import baselines  # noqa: E402
+from scheduler_core import workload as W  # noqa: E402
+from scheduler_core.profile import load_profile, profile_path, with_emulation  # noqa: E402
+from scheduler_core.scheduler import Scheduler  # noqa: E402
+from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
+from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
+
+EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
+MINI_EXPLICIT, MINI_NATIVE = "minilm_explicit", "minilm_native"
+PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", EXPLICIT, "profiles")
+OUT_DIR = os.path.join(REPO_ROOT, "results", "bench")
+SEED = 20240601
+
+TARGET_CAPACITY_RPS = 200.0
+SLA_CLASSES_MS = (50.0, 100.0, 200.0)  # at device speed; x time scale on the emulated device
+LENGTHS = W.LogNormalLengths(median=64.0, sigma=0.8, lo=16, hi=512)
+CAPACITY_SAMPLE = 200_000
+PROFILES = ("t4", "a100")
+COST_MODES = ("padded", "ragged")
+LADDER_LOADS = (0.2, 0.3, 0.5)  # Poisson only: the knee ladder's extra rungs
+GRID_LOADS = (0.4, 0.6, 0.7, 0.8, 0.9)
+OVERLOAD = 2.0
+SWEEP_LOAD = 0.7
+NATIVE_DELAYS_US = (0, 500, 1000, 2000, 5000, 10000)
+NATIVE_PREFERRED = ((), (8, 16, 32))
+BURST_HIGH, BURST_LOW = 3.0, 0.5  # x the mean rate (mean dwell 0.25 s high, 1 s low)
+CLIENT_TIMEOUT_SLAS = 1.5  # a client gives up after 1.5x the largest SLA class
+
+# ts1 block
+LOWLOAD = 0.2
+LOWLOAD_NATIVE_DELAYS_US = (0, 500, 2000)
+OVERHEAD_SEQ_LEN = 64
+OVERHEAD_RATES = (200, 300, 400, 500, 600, 800)
+OVERHEAD_NATIVE = (B.NativeSetting(0), B.NativeSetting(2000))
+OVERHEAD_P99_BOUND_MS = 50.0
+CPU_TARGET_US = 150.0
+
+# minilm block
+MINI_SLA_SCALE = 5.0  # SLA classes 250/500/1000 ms: one CPU core runs a 1x256 batch in ~80 ms
+MINI_LENGTHS = W.LogNormalLengths(median=48.0, sigma=0.8, lo=16, hi=256)
+MINI_RATES = (6, 10, 14, 18, 22, 26, 30, 36, 42)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@functools.lru_cache(maxsize=None)
+def profile(name: str, cost_mode: str | None = None, time_scale: float | None = None):
+    p = load_profile(profile_path(PROFILE_DIR, name))
+    changes = {k: v for k, v in (("cost_mode", cost_mode), ("time_scale", time_scale))
+               if v is not None}
+    return with_emulation(p, changes, "bench") if changes else p
+
+
+@functools.lru_cache(maxsize=None)
+def capacity_at_device_speed(name: str, cost_mode: str) -> float:
+    p = profile(name)
+    lengths = W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS)
+    return capacity_rps(p.cost_model, cost_mode, 1.0, lengths, p.scheduler.max_batch_size,
+                        p.scheduler.max_batch_tokens)
+
+
+def bench_time_scale(name: str) -> float:
+    """A round time scale that puts the padded capacity near TARGET_CAPACITY_RPS."""
+    return float(max(1, round(capacity_at_device_speed(name, "padded") / TARGET_CAPACITY_RPS)))
+
+
+def arrivals_for(kind: str, rate: float, duration_s: float, seed: int, slas, lengths=LENGTHS):
+    if kind == "poisson":
+        process = W.Poisson(rate)
+    elif kind == "bursty":
+        process = W.Bursty(low_rps=BURST_LOW * rate, high_rps=BURST_HIGH * rate)
+    else:
+        raise ValueError(kind)
+    return W.generate(process, duration_s, seed, lengths, W.SlaMix(tuple(slas)))
+
+
+# -- the server side ----------------------------------------------------------------------
+
+class Monitor(threading.Thread):
+    """Every second: Triton's metrics and each watched model's batch statistics, stamped
+    with time.monotonic_ns (the load generator's clock)."""
+
+    def __init__(self, server: TritonServer, period_s: float = 1.0):
+        super().__init__(name="bench-monitor", daemon=True)
+        self.server, self.period_s = server, period_s
+        self.models: list[str] = []
+        self.samples: list[Sample] = []
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def watch(self, models: list[str]) -> None:
+        with self._lock:
+            self.models = list(models)
+            self.samples = []
+
+    def _once(self) -> None:
+        with self._lock:
+            models = list(self.models)
+        if not models:
+            return
+        t_ns = time.monotonic_ns()
+        try:
+            with urllib.request.urlopen(self.server.metrics_url, timeout=2) as resp:
+                parsed = parse_metrics(resp.read().decode(errors="replace"), models)
+            for m in models:
+                with urllib.request.urlopen(f"http://{self.server.http_url}/v2/models/{m}/stats",
+                                            timeout=2) as resp:
+                    stats = json.loads(resp.read())
+                batches = stats["model_stats"][0].get("batch_stats") or []
+                parsed[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"])
+                                                       for b in batches))
+        except Exception:  # noqa: BLE001 - a missed sample only thins the series
+            return
+        with self._lock:
+            if models == self.models:
+                self.samples.append(Sample(t_ns, parsed))
+
+    def run(self) -> None:
+        next_t = time.monotonic()
+        while not self._halt.is_set():
+            self._once()
+            next_t += self.period_s
+            self._halt.wait(max(0.0, next_t - time.monotonic()))
+
+    def snapshot(self) -> list[Sample]:
+        with self._lock:
+            return list(self.samples)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+class Bench:
+    def __init__(self, server: TritonServer, quick: bool):
+        self.server, self.quick = server, quick
+        self.monitor = Monitor(server)
+        self.monitor.start()
+        self.controls: dict[str, ModelControl] = {}
+        self.base_configs: dict[str, dict] = {}
+        self.lost = 0
+        self.segments = 0
+
+    # models
+    def control(self, model: str) -> ModelControl:
+        if model not in self.controls:
+            self.controls[model] = ModelControl(self.server.http_url, model, settle_s=0.3)
+        return self.controls[model]
+
+    def configure(self, model: str, params: dict[str, str],
+                  native: B.NativeSetting | None = None) -> None:
+        ctl = self.control(model)
+        if model not in self.base_configs:
+            self.base_configs[model] = ctl.config()
+        config = with_parameters(self.base_configs[model], params)
+        if native is not None:
+            config["dynamic_batching"] = native.dynamic_batching()
+        ctl.load(config)
+
+    def _repository(self, action: str, model: str) -> None:
+        import tritonclient.http as httpclient  # noqa: PLC0415
+        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=300.0)
+        try:
+            getattr(client, f"{action}_model")(model)
+        finally:
+            client.close()
+
+    def load(self, model: str) -> None:
+        """Load ``model`` with the config in the repository."""
+        self._repository("load", model)
+
+    def unload(self, model: str) -> None:
+        self._repository("unload", model)
+
+    def _queue_idle(self, model: str, timeout_s: float = 15.0) -> None:
+        """Wait until the model holds no request (explicit: its queue-depth gauge; native:
+        Triton's pending count), so one segment's backlog never lands in the next."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.server.metrics_url, timeout=2) as resp:
+                    text = resp.read().decode(errors="replace")
+            except OSError:
+                return
+            busy = False
+            for line in text.splitlines():
+                if (line.startswith(("nv_inference_pending_request_count",
+                                     "explicit_batching_queue_depth"))
+                        and f'model="{model}"' in line):
+                    try:
+                        busy = busy or float(line.rsplit(None, 1)[-1]) > 0
+                    except ValueError:
+                        pass
+            if not busy:
+                return
+            time.sleep(0.2)
+
+    # one segment
+    def segment(self, role: str, model: str, arrivals, duration_s: float, include_sla: bool,
+                client_timeout_s: float, warmup_s: float = 0.0,
+                busy: bool = False) -> B.SegmentStats:
+        """Send ``arrivals`` (a warm-up of ``warmup_s`` seconds, then ``duration_s`` measured)
+        and measure the window after the warm-up; ``busy``: also the per-second busy
+        fraction (one more monitor sample after the run)."""
+        self._queue_idle(model)
+        stub = find_stub(self.server.process.pid, self.server.model_repository, model)
+        server_pid = self.server.process.pid
+        if busy:
+            self.monitor.watch([model])
+        box: list[float] = []
+        cpu0 = (cpu_s(stub), cpu_s(server_pid))
+        gen = LoadGenerator(self.server.grpc_url, model, clients=4, include_sla=include_sla,
+                            client_timeout_s=client_timeout_s, seed=SEED)
+        result = gen.run(arrivals, max_duration_s=warmup_s + duration_s,
+                         drain_timeout_s=client_timeout_s + 5.0,
+                         on_start=lambda t0: box.append(t0))
+        cpu1 = (cpu_s(stub), cpu_s(server_pid))
+        answered = max(1, sum(1 for r in result.records if r.response_s is not None))
+        per_req = [None if None in (a, b) else (b - a) * 1e6 / answered
+                   for a, b in zip(cpu0, cpu1)]
+        series, waste = [], None
+        if busy:
+            time.sleep(1.05)  # one more sample closes the last second
+            samples = self.monitor.snapshot()
+            self.monitor.watch([])
+            t0_ns = int((box[0] + warmup_s) * 1e9) if box else 0
+            spans = [(t0_ns, t0_ns + int(duration_s * 1e9) + 1)]
+            gauge = role == "explicit"
+            series = _inside(busy_series(samples, model, gauge), spans)
+            waste = padding_waste(samples, model, spans) if gauge else None
+        stats = B.measured_stats(role, result.window(warmup_s, warmup_s + duration_s),
+                                 series, waste, per_req[0], per_req[1])
+        self.lost += sum(1 for r in result.records if r.outcome == "LOST")
+        self.segments += 1
+        return stats
+
+
+# -- simulation ---------------------------------------------------------------------------
+
+def sim_segment(role: str, prof, arrivals, duration_s: float, warmup_s: float,
+                native: B.NativeSetting | None = None) -> B.SegmentStats:
+    """The simulator on the same arrivals, measured over the same window."""
+    s = prof.scheduler
+    if role == "explicit":
+        policy = Scheduler.from_profile(prof, prof.emulation.time_scale)
+    else:
+        policy = baselines.TritonDynamicBatcher(s.max_batch_size, native.max_queue_delay_us,
+                                                native.preferred_batch_sizes)
+    result = simulate(policy, arrivals, prof.cost_model, prof.emulation.cost_mode,
+                      prof.emulation.time_scale, name=role)
+    return B.simulated_stats(role, result, duration_s, warmup_s)
+
+
+# -- blocks -------------------------------------------------------------------------------
+
+def emulated_params(name: str, cost_mode: str, time_scale: float) -> dict[str, str]:
+    return {"hardware_profile": name, "cost_mode": cost_mode, "time_scale": f"{time_scale:g}",
+            "profile_dir": "emulated_explicit/profiles", "executor": "emulated"}
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup_s: float
+    measure_s: float
+    fluctuation_s: float  # the 70 % cells and the sweep: long enough for per-second busy
+
+
+TIMING = Timing(warmup_s=1.5, measure_s=3.0, fluctuation_s=5.0)
+QUICK_TIMING = Timing(warmup_s=0.5, measure_s=1.5, fluctuation_s=2.0)
+
+
+def run_emulated_block(bench: Bench, name: str, cost_mode: str, quick: bool) -> dict:
+    ts = bench_time_scale(name)
+    prof = profile(name, cost_mode, ts)
+    cap = capacity_at_device_speed(name, cost_mode) / ts
+    slas = tuple(c * ts for c in SLA_CLASSES_MS)
+    timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
+    tm = QUICK_TIMING if quick else TIMING
+    warm = tm.warmup_s
+    params = emulated_params(name, cost_mode, ts)
+    block = {"profile": name, "cost_mode": cost_mode, "time_scale": ts, "capacity_rps": cap,
+             "capacity_device_rps": cap * ts, "sla_classes_ms": slas, "sweep": [], "cells": [],
+             "warmup_s": warm, "measure_s": tm.measure_s, "fluctuation_s": tm.fluctuation_s}
+    log(f"block {name}/{cost_mode}: time scale {ts:g}, capacity {cap:.1f} req/s")
+    bench.configure(EXPLICIT, params)
+
+    # 1. the native sweep at 70 %
+    settings = B.native_sweep(NATIVE_DELAYS_US, NATIVE_PREFERRED)
+    if quick:
+        settings = settings[:2]
+    dur = tm.fluctuation_s
+    arrivals = arrivals_for("poisson", SWEEP_LOAD * cap, warm + dur, SEED + 70, slas)
+    for setting in settings:
+        bench.configure(NATIVE, params, setting)
+        measured = bench.segment("native", NATIVE, arrivals, dur, False, timeout_s, warm,
+                                 busy=True)
+        sim = sim_segment("native", prof, arrivals, dur, warm, setting)
+        block["sweep"].append({"setting": setting, "measured": measured, "sim": sim})
+        log(f"  sweep {setting.label}: goodput {measured.goodput_rps:.1f} "
+            f"attainment {measured.attainment:.1%} (sim {sim.goodput_rps:.1f})")
+    chosen = B.best_by(((e["setting"], e["measured"]) for e in block["sweep"]), "goodput")
+    best_native = chosen[0] if chosen else settings[0]
+    block["native_setting"] = best_native
+    bench.configure(NATIVE, params, best_native)
+    log(f"  native for the grid: {best_native.label}")
+
+    # 2. the grid, explicit and native alternating on the same arrivals
+    cells = [(load, "poisson") for load in LADDER_LOADS]
+    cells += [(load, kind) for load in GRID_LOADS for kind in ("poisson", "bursty")]
+    cells += [(OVERLOAD, "poisson")]
+    if quick:
+        cells = [(0.2, "poisson"), (0.7, "poisson"), (0.7, "bursty"), (OVERLOAD, "poisson")]
+    for i, (load, kind) in enumerate(cells):
+        fluct = load == SWEEP_LOAD
+        dur = tm.fluctuation_s if fluct else tm.measure_s
+        seed = SEED + int(round(load * 100)) + (1000 if kind == "bursty" else 0)
+        arrivals = arrivals_for(kind, load * cap, warm + dur, seed, slas)
+        order = ("explicit", "native") if i % 2 == 0 else ("native", "explicit")
+        measured = {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
+                                        arrivals, dur, role == "explicit", timeout_s, warm,
+                                        busy=fluct)
+                    for role in order}
+        sims = {"explicit": sim_segment("explicit", prof, arrivals, dur, warm),
+                "native": sim_segment("native", prof, arrivals, dur, warm, best_native)}
+        sim_best = {}
+        if not quick:  # the simulator's best native for this cell, over the whole sweep
+            sweep_sims = [(s, sim_segment("native", prof, arrivals, dur, warm, s))
+                          for s in settings]
+            found = B.best_by(sweep_sims, "goodput")
+            if found:
+                sim_best["goodput"] = {"setting": found[0], "sim": found[1]}
+        block["cells"].append({"load": load, "arrival": kind, "rate_rps": load * cap,
+                               "measured": measured, "sim": sims, "sim_best_native": sim_best})
+        e, n = measured["explicit"], measured["native"]
+        log(f"  {kind} {load:.0%}: explicit {e.goodput_rps:.1f} ({e.attainment:.1%}) "
+            f"native {n.goodput_rps:.1f} ({n.attainment:.1%}) | sim "
+            f"{sims['explicit'].goodput_rps:.1f} ({sims['explicit'].attainment:.1%}) / "
+            f"{sims['native'].goodput_rps:.1f}; lag p99 {e.send_lag_p99_ms:.1f}/"
+            f"{n.send_lag_p99_ms:.1f} ms")
+    return block
+
+
+def run_ts1_block(bench: Bench, quick: bool) -> dict:
+    """t4, padded, time scale 1: low-load P50 and the overhead ramp."""
+    name, mode = "t4", "padded"
+    prof = profile(name, mode, 1.0)
+    cap = capacity_at_device_speed(name, mode)
+    params = emulated_params(name, mode, 1.0)
+    timeout_s = 2.0
+    tm = QUICK_TIMING if quick else TIMING
+    warm = tm.warmup_s
+    bench.configure(EXPLICIT, params)
+    out = {"profile": name, "cost_mode": mode, "capacity_rps": cap, "lowload": {},
+           "overhead": []}
+    # low load
+    dur = tm.fluctuation_s
+    arrivals = arrivals_for("poisson", LOWLOAD * cap, warm + dur, SEED + 20, SLA_CLASSES_MS)
+    ll = out["lowload"]
+    ll["rate_rps"] = LOWLOAD * cap
+    ll["explicit"] = bench.segment("explicit", EXPLICIT, arrivals, dur, True, timeout_s, warm)
+    ll["explicit_sim"] = sim_segment("explicit", prof, arrivals, dur, warm)
+    ll["native"] = []
+    for delay in LOWLOAD_NATIVE_DELAYS_US:
+        setting = B.NativeSetting(delay)
+        bench.configure(NATIVE, params, setting)
+        ll["native"].append({
+            "setting": setting,
+            "measured": bench.segment("native", NATIVE, arrivals, dur, False, timeout_s, warm),
+            "sim": sim_segment("native", prof, arrivals, dur, warm, setting)})
+    log(f"low load {LOWLOAD:.0%} ({ll['rate_rps']:.0f} req/s): explicit P50 "
+        f"{ll['explicit'].p50_ms:.2f} ms; native "
+        + ", ".join(f"{e['setting'].max_queue_delay_us} us {e['measured'].p50_ms:.2f} ms"
+                    for e in ll["native"]))
+
+    # overhead: same length, no SLA, fixed rates
+    dur = tm.measure_s
+    rates = OVERHEAD_RATES[:2] if quick else OVERHEAD_RATES
+    alive = {"explicit": True, **{s.label: True for s in OVERHEAD_NATIVE}}
+    for rate in rates:
+        arrivals = fixed_rate(rate, warm + dur, OVERHEAD_SEQ_LEN)
+        row = {"rate_rps": rate}
+        if alive["explicit"]:
+            stats = bench.segment("explicit", EXPLICIT, arrivals, dur, False, timeout_s, warm)
+            row["explicit"] = stats
+            alive["explicit"] = B.sustainable(stats, rate, OVERHEAD_P99_BOUND_MS)
+        for setting in OVERHEAD_NATIVE:
+            if not alive[setting.label]:
+                continue
+            bench.configure(NATIVE, params, setting)
+            stats = bench.segment("native", NATIVE, arrivals, dur, False, timeout_s, warm)
+            row[setting.label] = stats
+            alive[setting.label] = B.sustainable(stats, rate, OVERHEAD_P99_BOUND_MS)
+        out["overhead"].append(row)
+        log(f"overhead {rate} req/s: " + ", ".join(
+            f"{k}: p99 {v.p99_ms:.1f} ms ok {v.ok}/{v.sent} lag p99 {v.send_lag_p99_ms:.1f}"
+            for k, v in row.items() if k != "rate_rps"))
+        if not any(alive.values()):
+            break
+    return out
+
+
+def run_minilm_block(bench: Bench, quick: bool) -> dict:
+    slas = tuple(c * MINI_SLA_SCALE for c in SLA_CLASSES_MS)
+    timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
+    warm, dur = (0.5, 2.0) if quick else (2.0, 6.0)
+    rates = MINI_RATES[:2] if quick else MINI_RATES
+    out = {"sla_classes_ms": slas, "rungs": [], "warmup_s": warm, "measure_s": dur}
+    alive = {"explicit": True, "native": True}
+    for i, rate in enumerate(rates):
+        arrivals = arrivals_for("poisson", rate, warm + dur, SEED + rate, slas, MINI_LENGTHS)
+        row = {"rate_rps": rate}
+        order = ("explicit", "native") if i % 2 == 0 else ("native", "explicit")
+        for role in order:
+            if not alive[role]:
+                continue
+            model = MINI_EXPLICIT if role == "explicit" else MINI_NATIVE
+            stats = bench.segment(role, model, arrivals, dur, role == "explicit", timeout_s,
+                                  warm)
+            row[role] = stats
+            alive[role] = stats.attainment >= B.KNEE_ATTAINMENT
+        out["rungs"].append(row)
+        log(f"minilm {rate} req/s: " + ", ".join(
+            f"{k} {v.attainment:.1%} (p99 {v.p99_ms:.0f} ms)" for k, v in row.items()
+            if k != "rate_rps"))
+        if not any(alive.values()):
+            break
+    return out
+
+
+def run_decision_bench(quick: bool, out_dir: str) -> dict | None:
+    """``scripts/bench_decision.py`` (its exit status says pass/miss; both are reported)."""
+    script = os.path.join(REPO_ROOT, "scripts", "bench_decision.py")
+    if not os.path.exists(script):
+        return None
+    path = os.path.join(out_dir, "decision.json")
+    cmd = [sys.executable, script, "--json", path, "--profile",
+           "--out", os.path.join(out_dir, "decision_microbench.md")]
+    if quick:
+        cmd += ["--calls", "200", "--repeats", "1"]
+    subprocess.run(cmd, check=False, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short segments, thin grid")
+    parser.add_argument("--blocks", nargs="+", default=["ts1", "emulated", "minilm",
+                                                        "decision"],
+                        choices=["ts1", "emulated", "minilm", "decision"])
+    parser.add_argument("--profiles", nargs="+", default=list(PROFILES))
+    parser.add_argument("--cost-modes", nargs="+", default=list(COST_MODES))
+    parser.add_argument("--out-dir", default=OUT_DIR)
+    parser.add_argument("--render", metavar="PICKLE",
+                        help="only rewrite the report from a previous run's bench.pickle")
+    args = parser.parse_args(argv)
+    from operator_tools import bench_report  # noqa: PLC0415 - matplotlib only here
+
+    if args.render:
+        with open(args.render, "rb") as fh:
+            bench_report.write(pickle.load(fh), args.out_dir)
+        return 0
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    started = time.monotonic()
+    results: dict = {"command": "make bench" if not argv else
+                     "python scripts/bench.py " + " ".join(map(shlex.quote, argv)),
+                     "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                                f"{platform.python_version()}",
+                     "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    log_path = os.path.join(args.out_dir, "tritonserver.log")
+    if os.path.exists(log_path):
+        os.remove(log_path)
+    models = [EXPLICIT, NATIVE]
+    server = TritonServer(DEFAULT_MODEL_REPOSITORY, log_path=log_path, exit_timeout_s=15,
+                          extra_args=("--model-control-mode=explicit",
+                                      *(f"--load-model={m}" for m in models)))
+    if {"ts1", "emulated", "minilm"} & set(args.blocks):
+        with server:
+            log(f"server ready (gRPC {server.grpc_url})")
+            bench = Bench(server, args.quick)
+            try:
+                if "ts1" in args.blocks:
+                    results["ts1"] = run_ts1_block(bench, args.quick)
+                if "emulated" in args.blocks:
+                    for name in args.profiles:
+                        for mode in args.cost_modes:
+                            results["emulated"].append(
+                                run_emulated_block(bench, name, mode, args.quick))
+                if "minilm" in args.blocks:
+                    for m in models:
+                        bench.unload(m)
+                    for m in (MINI_EXPLICIT, MINI_NATIVE):
+                        bench.load(m)
+                    results["minilm"] = run_minilm_block(bench, args.quick)
+            finally:
+                bench.monitor.stop()
+            results["lost"] = bench.lost
+            results["segments"] = bench.segments
+    if "decision" in args.blocks:
+        results["decision"] = run_decision_bench(args.quick, args.out_dir)
+    results["wall_s"] = time.monotonic() - started
+    with open(os.path.join(args.out_dir, "bench.pickle"), "wb") as fh:
+        pickle.dump(results, fh)  # for --render after a change to the report only
+    bench_report.write(results, args.out_dir)
+    log(f"wrote {args.out_dir}/report.md in {results['wall_s']:.0f} s")
+    return 1 if results.get("lost") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
