@@ -234,9 +234,18 @@ def minilm_knees(mini: dict) -> tuple[float | None, float | None]:
 
 # -- markdown -----------------------------------------------------------------------------
 
+def _per_class(s: B.SegmentStats, slas) -> str:
+    """P50/P99 of each SLA class, tightest first: ``12/40 · 20/95 · ...`` (ms)."""
+    parts = []
+    for c in slas:
+        p50, p99, _ = s.per_class.get(c, (math.nan,) * 3)
+        parts.append(f"{_f(p50, '{:.0f}')}/{_f(p99, '{:.0f}')}")
+    return " · ".join(parts)
+
+
 def _stats_cells(s: B.SegmentStats, slas) -> list[str]:
     cells = [_f(s.goodput_rps), _pct(s.attainment)]
-    cells.append(" / ".join(_f(s.per_class.get(c, (math.nan,) * 3)[1], "{:.0f}") for c in slas))
+    cells.append(_per_class(s, slas))
     cells += [_f(s.p50_ms), _f(s.fluctuation, "{:.3f}"), _f(s.mean_busy, "{:.2f}")]
     return cells
 
@@ -256,7 +265,7 @@ def block_markdown(block: dict) -> list[str]:
              f"**Native sweep** at {B_LOAD_70} Poisson (measured; sim = simulator on the same "
              f"arrivals). Native in the grid below: **{block['native_setting'].label}** "
              f"(best measured goodput).", "",
-             "| native setting | goodput | attainment | P99 per class (ms) | P50 (ms) | "
+             "| native setting | goodput | attainment | P50/P99 per class (ms) | P50 (ms) | "
              "fluctuation | busy | errors | sim goodput | sim attainment |",
              "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
     for e in block["sweep"]:
@@ -264,12 +273,12 @@ def block_markdown(block: dict) -> list[str]:
         lines.append("| " + " | ".join([e["setting"].label, *_stats_cells(m, slas), _errors(m),
                                         _f(s.goodput_rps), _pct(s.attainment)]) + " |")
     lines += ["", "**Grid** (explicit vs native on the same arrivals; goodput in req/s; "
-              "P99 per class over answered requests; sim = simulator's prediction; "
+              "P50/P99 per class (tightest first) over answered requests; sim = simulator's prediction; "
               "sim-best = the simulator's best native setting for that cell's goodput "
               "over the whole sweep):", "",
-              "| load | arrivals | rate | model | goodput | attainment | P99 per class (ms) | "
+              "| load | arrivals | rate | model | goodput | attainment | P50/P99 per class (ms) | "
               "P50 (ms) | fluctuation | busy | errors | padding | stub CPU/req (us) | "
-              "send lag p99 (ms) | sim goodput | sim attainment | sim P99 per class | "
+              "send lag p99 (ms) | sim goodput | sim attainment | sim P50/P99 per class | "
               "ratio (meas.) | ratio (sim) | sim-best native |",
               "|---:|---|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for c in block["cells"]:
@@ -279,8 +288,7 @@ def block_markdown(block: dict) -> list[str]:
         best = c.get("sim_best_native", {}).get("goodput")
         for role in ("explicit", "native"):
             m, s = c["measured"][role], c["sim"][role]
-            sim_p99 = " / ".join(_f(s.per_class.get(x, (math.nan,) * 3)[1], "{:.0f}")
-                                 for x in slas)
+            sim_p99 = _per_class(s, slas)
             first = role == "explicit"
             lines.append("| " + " | ".join([
                 f"{c['load']:.0%}" if first else "", c["arrival"] if first else "",
@@ -342,7 +350,7 @@ def minilm_markdown(mini: dict) -> list[str]:
              f"{' / '.join(f'{s:g}' for s in slas)} ms. minilm_native: Triton's dynamic "
              "batcher as shipped (ragged INPUT_IDS, padded to the batch's longest inside the "
              "model, max_queue_delay 2000 us).", "",
-             "| rate (req/s) | model | goodput | attainment | P99 per class (ms) | P50 (ms) | "
+             "| rate (req/s) | model | goodput | attainment | P50/P99 per class (ms) | P50 (ms) | "
              "errors | send lag p99 (ms) |", "|---:|---|---:|---:|---|---:|---|---:|"]
     for row in mini["rungs"]:
         for role in ("explicit", "native"):
@@ -350,10 +358,7 @@ def minilm_markdown(mini: dict) -> list[str]:
                 continue
             s = row[role]
             lines.append(f"| {row['rate_rps']} | {role} | {s.goodput_rps:.1f} | "
-                         f"{_pct(s.attainment)} | "
-                         + " / ".join(_f(s.per_class.get(c, (math.nan,) * 3)[1], "{:.0f}")
-                                      for c in slas)
-                         + f" | {_f(s.p50_ms)} | {_errors(s)} | {_f(s.send_lag_p99_ms, '{:.2f}')} |")
+                         f"{_pct(s.attainment)} | {_per_class(s, slas)} | {_f(s.p50_ms)} | {_errors(s)} | {_f(s.send_lag_p99_ms, '{:.2f}')} |")
     return lines + [""]
 
 
