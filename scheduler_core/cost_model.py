@@ -80,6 +80,11 @@ class CostEstimator:
         """``estimate_ms`` from running totals (no list walk): the batch former's hot path."""
         return self.base_parts_ms(batch_size, longest, real_tokens, real_squared) * self.correction
 
+    def batch_overhead_ms(self) -> float:
+        """The per-batch fixed cost (``fixed_ms``, scaled and corrected): the device time a
+        request saves by joining a batch instead of running in one of its own."""
+        return self.cfg.fixed_ms * self.time_scale * self.correction
+
     def base_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
                       real_squared: int) -> float:
         """The seed formula (times ``time_scale``) without the online correction."""

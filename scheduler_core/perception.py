@@ -1,4 +1,4 @@
-"""Perception primitives: measured device busy fraction and latency variation.
+"""Perception primitives: measured device busy fraction, arrival rate and latency variation.
 
 Pure and clock-injected: every method takes ``now_s`` (seconds on the caller's monotonic
 clock) instead of reading a clock.
@@ -63,6 +63,32 @@ class BusyTracker:
         if self._busy_since is not None:
             busy += now_s - max(self._busy_since, horizon)
         return min(max(busy / self.window_s, 0.0), 1.0)
+
+
+class ArrivalRate:
+    """Requests per second that arrived within the last ``window_s`` seconds.
+
+    A plain count over a sliding window: exact, and cheap (one append per arrival, each
+    time dropped once). Over the first ``window_s`` of a run it under-reads the rate, which
+    errs towards dispatching at once (see ``Scheduler._waiting_pays``).
+    """
+
+    def __init__(self, window_s: float):
+        if window_s <= 0:
+            raise ValueError(f"window_s must be positive, got {window_s!r}")
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def add(self, now_s: float) -> None:
+        self._times.append(now_s)
+
+    def rate_rps(self, now_s: float) -> float:
+        """Arrivals in (now - window, now], per second."""
+        horizon = now_s - self.window_s
+        times = self._times
+        while times and times[0] <= horizon:
+            times.popleft()
+        return len(times) / self.window_s
 
 
 class LatencyWindow:

@@ -73,7 +73,14 @@ class SchedulerConfig:
     max_window_ms: float = 50.0
     alpha: float = 0.2
     beta: float = 0.1
-    # Sliding window over which utilisation and delay variation are measured.
+    # Worth-its-wait rule: with the device free, a partial batch of n requests waits (at
+    # most the elastic window) only while n < wait_ms_per_saved_device_ms * arrival_rate *
+    # batch overhead (fixed_ms): waiting ~1/rate for the next arrival costs the n queued
+    # requests n/rate ms in all, and the newcomer saves one batch's fixed cost of device
+    # time. This many ms of summed waiting are traded for one ms of device time; 0 =
+    # never wait while the device is free (Triton's max_queue_delay 0).
+    wait_ms_per_saved_device_ms: float = 1.0
+    # Sliding window over which utilisation, arrival rate and delay variation are measured.
     perception_window_ms: float = 1000.0
 
 
@@ -170,6 +177,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_window_ms": (0.0, 10_000.0),
     "alpha": (0.0, 5.0),
     "beta": (0.0, 5.0),
+    "wait_ms_per_saved_device_ms": (0.0, 1_000_000.0),
     "perception_window_ms": (10.0, 600_000.0),
     "perception_period_ms": (10.0, 10_000.0),
     "control_period_ms": (10.0, 10_000.0),

@@ -22,6 +22,9 @@ Layers (periods from the profile's ``control`` section, run lazily on the caller
   compensation after a P99 breach.
 * execution (every ``schedule`` call): ``scheduling_decision`` - danger -> emergency policy;
   no-man's land (or pre-warmed) -> explicit control; safe -> default dynamic batching.
+  In every mode a partial batch waits for the elastic window only while waiting pays
+  (``_waiting_pays``: more requests arrive within one batch overhead than are queued);
+  otherwise the free device takes it at once, as Triton's batcher does at delay 0.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Iterable, Sequence
 
 from .clock import MAX_RATE, LogicalClock
 from .cost_model import CostEstimator
-from .perception import BusyTracker, LatencyWindow, coefficient_of_variation
+from .perception import ArrivalRate, BusyTracker, LatencyWindow, coefficient_of_variation
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
 from .window import ElasticWindow
@@ -56,7 +59,7 @@ class QueueFull(Exception):
 class BatchDecision:
     batch: tuple[QueuedRequest, ...]
     wake_at_s: float | None  # ask again at this time if nothing arrives; None = on arrival
-    reason: str  # why the batch went ("full", "window", "deadline", "emergency", ...) or "wait"/"idle"
+    reason: str  # why the batch went ("full", "window", "deadline", "no_gain", ...) or "wait"/"idle"
     window_ms: float
     utilization: float
     estimated_ms: float  # estimated run time of ``batch`` (0 when empty)
@@ -170,6 +173,7 @@ class Scheduler:
         self.clock = LogicalClock(start_s)
         window_s = cfg.perception_window_ms / 1000.0
         self.busy = BusyTracker(window_s)
+        self.arrivals = ArrivalRate(window_s)
         self.latencies = LatencyWindow(window_s)
         self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
         self._queue: deque[_Entry] = deque()
@@ -202,6 +206,7 @@ class Scheduler:
         alone = self.estimator.base_parts_ms(1, n, n, n * n)
         efficient = self.estimator.base_parts_ms(k, n, k * n, k * n * n)
         self._queue.append(_Entry(request, self.clock.now(now_s), alone, efficient))
+        self.arrivals.add(now_s)
         # The tightest SLA sets the reserved capacity; one that cannot be met even alone
         # (say, 0.5 ms) must not shrink everyone's batches.
         if alone * self.estimator.correction <= request.sla_ms < self._period_min_sla_ms:
@@ -383,10 +388,30 @@ class Scheduler:
         return self.clock.physical_at(oldest.logical_arrival_s + self.cfg.base_window_ms / 1000.0,
                                       now_s)
 
+    def _waiting_pays(self, batch_size: int, now_s: float) -> bool:
+        """The worth-its-wait rule: is a partial batch of ``batch_size`` worth holding back
+        while the device is free?
+
+        Waiting for the next arrival (1/rate on average) costs the queued requests
+        ``batch_size / rate`` of latency in all; the newcomer, by riding along, saves one
+        batch overhead of device time. Waiting pays while the first is smaller than the
+        second, weighted by ``wait_ms_per_saved_device_ms``::
+
+            batch_size < wait_ms_per_saved_device_ms * rate * batch_overhead
+
+        i.e. while more requests arrive within one batch overhead than are queued. At low
+        load that is never, and the batch goes at once, as with Triton's batcher at
+        ``max_queue_delay`` 0; as the rate rises the batch waits until it holds about
+        ``rate * overhead`` requests (never past the elastic window or the SLA guard).
+        """
+        expected = self.arrivals.rate_rps(now_s) * self.estimator.batch_overhead_ms() / 1000.0
+        return batch_size < self.cfg.wait_ms_per_saved_device_ms * expected
+
     def _dispatch_or_wait(self, now_s: float, entries: list[_Entry], est_ms: float, full: bool,
                           immediate: str | None, deadline_s: float):
         """Common dispatch rule: full, immediate (flush/compensation/emergency), the SLA
-        guard (waiting longer would miss ``deadline_s``), or the elastic window."""
+        guard (waiting longer would miss ``deadline_s``), the elastic window, or waiting
+        would not pay (``_waiting_pays``: reason ``no_gain``)."""
         latest_start_s = deadline_s - est_ms / 1000.0
         window_close_s = self._window_close_s(now_s)
         if full:
@@ -397,6 +422,8 @@ class Scheduler:
             return entries, est_ms, "deadline", None
         if now_s >= window_close_s:
             return entries, est_ms, "window", None
+        if not self._waiting_pays(len(entries), now_s):
+            return entries, est_ms, "no_gain", None
         return [], 0.0, "wait", min(window_close_s, latest_start_s)
 
     def _default_batch(self, now_s: float, flush: bool, compensation: bool):

@@ -29,8 +29,11 @@ LOOSE_SLA_MS = 10_000.0
 
 def make(cost: CostModelConfig = FLAT_COST, control: ControlConfig | None = None,
          cost_mode: str = "padded", **overrides) -> Scheduler:
-    # alpha = beta = 0: the window is exactly base_window_ms (5 ms) unless a test sets them.
-    base = dict(base_window_ms=5.0, alpha=0.0, beta=0.0, min_window_ms=0.0, max_window_ms=50.0)
+    # alpha = beta = 0: the window is exactly base_window_ms (5 ms) unless a test sets them;
+    # waiting always pays (the largest weight the profile allows): these tests pin the
+    # window, the SLA guard and explicit control, test_wait_payoff.py the worth-its-wait rule.
+    base = dict(base_window_ms=5.0, alpha=0.0, beta=0.0, min_window_ms=0.0, max_window_ms=50.0,
+                wait_ms_per_saved_device_ms=1_000_000.0)
     base.update(overrides)
     return Scheduler(replace(SchedulerConfig(), **base), CostEstimator(cost, cost_mode),
                      control if control is not None else ctl())

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scheduler_core.perception import BusyTracker, LatencyWindow
+from scheduler_core.perception import ArrivalRate, BusyTracker, LatencyWindow
 
 
 # -- BusyTracker ------------------------------------------------------------------------
@@ -182,3 +182,21 @@ def test_latency_max_samples_bound():
         w.add(float(i), v)
     assert w.count(5.0) == 3
     assert w.percentile(5.0, 0) == 3.0
+
+
+# -- ArrivalRate --------------------------------------------------------------------------
+
+def test_arrival_rate_counts_the_window_per_second():
+    a = ArrivalRate(0.5)
+    assert a.rate_rps(1.0) == 0.0
+    for t in (0.6, 0.7, 0.9, 1.0):
+        a.add(t)
+    assert a.rate_rps(1.0) == 8.0      # 4 in (0.5, 1.0]
+    assert a.rate_rps(1.15) == 6.0     # 0.6 has left: (0.65, 1.15]
+    assert a.rate_rps(1.5) == 0.0      # (1.0, 1.5]: the window's start is excluded
+
+
+@pytest.mark.parametrize("window", [0.0, -1.0])
+def test_arrival_rate_window_must_be_positive(window):
+    with pytest.raises(ValueError):
+        ArrivalRate(window)

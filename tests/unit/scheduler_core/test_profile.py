@@ -80,6 +80,7 @@ def test_t4_profile_values():
     assert p.scheduler.base_window_ms == 5.0
     assert p.scheduler.min_window_ms == 0.5
     assert p.scheduler.max_window_ms == 20.0
+    assert p.scheduler.wait_ms_per_saved_device_ms == 1.0
 
 
 def test_missing_sections_take_defaults(tmp_path):
@@ -140,6 +141,8 @@ BAD_CASES = [
      "emulation.time_scale", "0.001", "must be within [0.01, 1000.0]"),
     ("perception-window-too-small", _mutate("scheduler", "perception_window_ms", 5.0),
      "scheduler.perception_window_ms", "5.0", "must be within [10.0, 600000.0]"),
+    ("wait-weight-negative", _mutate("scheduler", "wait_ms_per_saved_device_ms", -1.0),
+     "scheduler.wait_ms_per_saved_device_ms", "-1.0", "must be within [0.0, 1000000.0]"),
     ("nan", _mutate("scheduler", "base_window_ms", float("nan")),
      "scheduler.base_window_ms", "nan", "must be finite"),
     ("inf", _mutate("cost_model", "fixed_ms", float("inf")),

@@ -21,10 +21,15 @@ FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_to
                     per_token_squared_ms=0.0)
 
 
+# Waiting always pays (the largest weight the profile allows): these tests pin the window
+# and the SLA guard; test_wait_payoff.py pins the worth-its-wait rule.
+ALWAYS_WAIT = 1_000_000.0
+
+
 def make(cost: CostModelConfig = FLAT_COST, **overrides) -> Scheduler:
     # alpha = beta = 0 keeps the window at exactly base_window_ms unless a test sets them.
     base = dict(base_window_ms=10.0, alpha=0.0, beta=0.0, min_window_ms=0.0,
-                max_window_ms=50.0)
+                max_window_ms=50.0, wait_ms_per_saved_device_ms=ALWAYS_WAIT)
     base.update(overrides)
     cfg = replace(SchedulerConfig(), **base)
     return Scheduler(cfg, CostEstimator(cost), DEFAULT_BATCHING_ONLY)
