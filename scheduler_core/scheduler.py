@@ -29,7 +29,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from itertools import repeat
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from .clock import MAX_RATE, LogicalClock
 from .cost_model import CostEstimator
@@ -117,7 +120,8 @@ class SchedulerStats:
 class _Entry:
     """A queued request plus what the scheduler keeps about it."""
 
-    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms", "efficient_ms")
+    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms", "efficient_ms",
+                 "deadline_s", "slot")
 
     def __init__(self, req: QueuedRequest, logical_arrival_s: float, alone_ms: float,
                  efficient_ms: float):
@@ -127,6 +131,159 @@ class _Entry:
         # Uncorrected estimates: running it alone, and in an efficient batch of its length.
         self.alone_ms = alone_ms
         self.efficient_ms = efficient_ms
+        self.deadline_s = req.deadline_s  # the same float, computed once
+        self.slot = -1  # index in _EntryQueue.items while queued
+
+
+# Urgency scores are first computed with numpy (np.power may be a few ulp off the libm
+# pow() that Python's ** uses); candidates are then re-scored exactly. The margin is
+# relative and many orders of magnitude above any such error (~1e-16 relative).
+_URGENCY_MARGIN = 1e-9
+
+
+def _exact_rank(score: np.ndarray, exact_ok: np.ndarray, threshold: float, exact
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Rank candidates by an exact score known only approximately, without computing it
+    for (nearly) all of them.
+
+    ``score``: approximate scores, in arrival order, each within ``_URGENCY_MARGIN * (1 +
+    |score|)`` of the exact one - except where ``exact_ok`` is false, where the score is
+    exact already. ``exact(i)`` computes candidate ``i``'s exact score. Returns the indices
+    in the order of the exact scores (highest first, ties in arrival order) and, per
+    candidate, ``exact_ok & (exact score >= threshold)``.
+
+    Two candidates whose approximate scores are further apart than twice the margin are in
+    the same order by the exact scores; so are a score and ``threshold``. The exact score is
+    computed only for candidates in a run of nearly equal scores (after sorting) or nearly
+    at the threshold - typically none.
+    """
+    order = np.argsort(-score, kind="stable")
+    ranked = score[order]
+    if ranked.size:
+        margin = 2.0 * _URGENCY_MARGIN * (1.0 + max(abs(ranked[0]), abs(ranked[-1]),
+                                                      abs(threshold)))
+        close = ranked[:-1] - ranked[1:] <= margin
+        near = np.zeros(ranked.size, dtype=bool)
+        near[:-1] |= close
+        near[1:] |= close
+        near |= np.abs(ranked - threshold) <= margin
+        redo = order[near & exact_ok[order]]
+        if redo.size:
+            score = score.copy()
+            for i in redo.tolist():
+                score[i] = exact(i)
+            order = np.argsort(-score, kind="stable")
+    return order, exact_ok & (score >= threshold)
+
+
+class _EntryQueue:
+    """The queue in arrival order with O(1) removal anywhere, and numpy columns beside it.
+
+    Entries sit in slots ``lo .. hi-1`` of ``items`` (``None`` where one was taken out);
+    ``deadline``, ``arrival``, ``alone``, ``efficient``, ``length`` and ``alive`` mirror them
+    slot by slot, so a scan over the whole queue (infeasible requests, urgency scores, the tightest
+    deadline) is a few vectorised operations instead of a Python loop. A removed slot's
+    deadline is +inf, so it is never infeasible and never the tightest. Slot order is
+    arrival order; the holes are squeezed out when they outnumber the entries or the
+    arrays are full.
+    """
+
+    def __init__(self, capacity: int = 256):
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: list[_Entry | None] = [None] * capacity
+        self.deadline = np.full(capacity, np.inf)
+        self.arrival = np.zeros(capacity)
+        self.alone = np.zeros(capacity)
+        self.efficient = np.zeros(capacity)
+        self.length = np.zeros(capacity, dtype=np.int64)
+        self.alive = np.zeros(capacity, dtype=bool)
+        self.lo = self.hi = self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[_Entry]:
+        items = self.items
+        for i in range(self.lo, self.hi):
+            e = items[i]
+            if e is not None:
+                yield e
+
+    def first(self) -> _Entry:
+        return self.items[self.lo]  # type: ignore[return-value]
+
+    def append(self, e: _Entry) -> None:
+        if self.hi == self.capacity:
+            self._compact(grow=2 * self.n > self.capacity)
+        i = self.hi
+        self.items[i] = e
+        e.slot = i
+        self.deadline[i] = e.deadline_s
+        self.arrival[i] = e.req.arrival_s
+        self.alone[i] = e.alone_ms
+        self.efficient[i] = e.efficient_ms
+        self.length[i] = e.seq_len
+        self.alive[i] = True
+        self.hi = i + 1
+        self.n += 1
+
+    def discard(self, entries: Iterable[_Entry]) -> None:
+        """Take queued entries out (each at most once)."""
+        items, deadline, alive = self.items, self.deadline, self.alive
+        for e in entries:
+            i = e.slot
+            items[i] = None
+            deadline[i] = math.inf
+            alive[i] = False
+            e.slot = -1
+            self.n -= 1
+        if not self.n:
+            self.alive[self.lo:self.hi] = False
+            self.lo = self.hi = 0
+            return
+        lo = self.lo
+        while items[lo] is None:
+            lo += 1
+        self.lo = lo
+        if self.hi - lo > 2 * self.n + 64:
+            self._compact(grow=False)
+
+    def clear(self) -> None:
+        for e in self:
+            e.slot = -1
+        self._allocate(self.capacity)
+
+    def _compact(self, grow: bool) -> None:
+        """Squeeze the holes out (slot order kept); double the capacity if ``grow``."""
+        lo, hi = self.lo, self.hi
+        live = [e for e in self.items[lo:hi] if e is not None]
+        idx = np.flatnonzero(self.alive[lo:hi]) + lo
+        columns = (self.deadline, self.arrival, self.alone, self.efficient, self.length)
+        if grow:
+            old = columns
+            self._allocate(2 * self.capacity)
+            columns = (self.deadline, self.arrival, self.alone, self.efficient, self.length)
+            for new, col in zip(columns, old):
+                new[:len(live)] = col[idx]
+        else:
+            for col in columns:
+                col[:len(live)] = col[idx]
+            self.deadline[len(live):hi] = np.inf
+            self.alive[len(live):hi] = False
+        m = len(live)
+        self.alive[:m] = True
+        self.items[:hi] = live + [None] * (hi - m)
+        for k, e in enumerate(live):
+            e.slot = k
+        self.lo, self.hi, self.n = 0, m, m
+
+    def min_deadline(self) -> float:
+        if not self.n:
+            return math.inf
+        return float(self.deadline[self.lo:self.hi].min())
 
 
 def take_fifo(queue: Iterable, max_batch_size: int, max_batch_tokens: int) -> list:
@@ -172,7 +329,7 @@ class Scheduler:
         self.busy = BusyTracker(window_s)
         self.latencies = LatencyWindow(window_s)
         self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
-        self._queue: deque[_Entry] = deque()
+        self._queue = _EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
@@ -210,10 +367,10 @@ class Scheduler:
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
         """Take requests out of the queue (cancelled, or failed by the adapter)."""
         wanted = set(request_ids)
-        removed = [e.req for e in self._queue if e.req.request_id in wanted]
+        removed = [e for e in self._queue if e.req.request_id in wanted]
         if removed:
-            self._queue = deque(e for e in self._queue if e.req.request_id not in wanted)
-        return removed
+            self._queue.discard(removed)
+        return [e.req for e in removed]
 
     def drain(self) -> list[QueuedRequest]:
         """Empty the queue (shutdown): the caller must answer every returned request."""
@@ -264,7 +421,7 @@ class Scheduler:
         if self.latencies.count(now_s):
             p99 = self.latencies.percentile(now_s, 99)
             self._p99_history.append(p99)
-        min_remaining = min((e.req.deadline_s for e in self._queue), default=math.inf)
+        min_remaining = self._queue.min_deadline()
         if self._period_min_sla_ms < math.inf:
             self._tightest_sla_ms = self._period_min_sla_ms
             self._period_min_sla_ms = math.inf
@@ -344,13 +501,7 @@ class Scheduler:
                              est_ms, rejected, zone, mode)
 
     def _take(self, entries: list[_Entry]) -> None:
-        if len(entries) <= len(self._queue) and all(
-                a is b for a, b in zip(entries, self._queue)):
-            for _ in entries:  # a FIFO prefix: the common case
-                self._queue.popleft()
-            return
-        chosen = {id(e) for e in entries}
-        self._queue = deque(e for e in self._queue if id(e) not in chosen)
+        self._queue.discard(entries)
 
     def _count_dispatch(self, size: int, mode: str, reason: str) -> None:
         self._avg_batch_size += 0.1 * (size - self._avg_batch_size)
@@ -368,18 +519,25 @@ class Scheduler:
     def _take_infeasible(self, now_s: float) -> tuple:
         """Requests that miss their deadline even run at once, alone - or, when behind, in an
         efficient batch (reject policy)."""
-        corr = self.estimator.correction
-        behind = self._behind()
-        doomed = [e for e in self._queue if now_s + (e.efficient_ms if behind else e.alone_ms)
-                  * corr / 1000.0 > e.req.deadline_s]
-        if not doomed:
+        q = self._queue
+        if not q.n:
             return ()
+        corr = self.estimator.correction
+        lo, hi = q.lo, q.hi
+        cost = (q.efficient if self._behind() else q.alone)[lo:hi]
+        # Per request: now + cost * corr / 1000 > deadline, in the same float operations
+        # (IEEE, elementwise) as the scalar expression; taken-out slots have deadline +inf.
+        late = np.flatnonzero(now_s + cost * corr / 1000.0 > q.deadline[lo:hi])
+        if not late.size:
+            return ()
+        items = q.items
+        doomed = [items[lo + i] for i in late.tolist()]  # in queue order
         self._take(doomed)
         self.counts["rejected_infeasible"] += len(doomed)
         return tuple((e.req, INFEASIBLE_REASON) for e in doomed)
 
     def _window_close_s(self, now_s: float) -> float:
-        oldest = self._queue[0]
+        oldest = self._queue.first()
         return self.clock.physical_at(oldest.logical_arrival_s + self.cfg.base_window_ms / 1000.0,
                                       now_s)
 
@@ -407,38 +565,70 @@ class Scheduler:
         est_ms = self.estimator.estimate_ms([e.seq_len for e in entries])
         full = len(entries) < len(self._queue) or len(entries) >= cap
         immediate = "flush" if flush else ("compensation" if compensation else None)
-        deadline = min(e.req.deadline_s for e in entries)
+        deadline = min(e.deadline_s for e in entries)
         return self._dispatch_or_wait(now_s, entries, est_ms, full and not compensation,
                                       immediate, deadline)
 
-    def _urgency_order(self, now_s: float) -> list[tuple[float, bool, _Entry]]:
-        """Queue by SLA urgency, most urgent first: urgency_decay_rate ** (slack / unit)
-        plus aging; requests that cannot make their deadline even alone go last (aging
-        still lifts them, so nothing starves)."""
+    def _urgency_order(self, now_s: float, limit: int
+                       ) -> tuple[list[bool], list[bool], np.ndarray]:
+        """The ``limit`` most urgent queued requests, most urgent first: whether each is
+        urgent (feasible and urgency >= ``urgent_threshold``), whether its deadline is still
+        feasible (alone, or efficiently when behind), and its slot in ``self._queue.items``.
+
+        Urgency = urgency_decay_rate ** (slack_ms / urgency_slack_unit_ms) + aging_per_s *
+        waited_s; a request that cannot make its deadline even alone scores -1 + aging
+        instead (it goes last, but aging still lifts it, so nothing starves). The order is
+        by urgency, most urgent first, equal urgency in arrival order: exactly that of
+        sorting the whole queue by the scalar formula (Python floats) - see
+        ``_exact_rank`` for how it is kept exact while computed with numpy.
+        """
+        q = self._queue
         ctl = self.control
         corr = self.estimator.correction
         decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
-        behind = self._behind()
-        scored = []
-        for e in self._queue:
-            req = e.req
-            slack_ms = (req.deadline_s - now_s) * 1000.0 - (
-                e.efficient_ms if behind else e.alone_ms) * corr
-            waited_s = now_s - req.arrival_s
-            if slack_ms >= 0:
-                scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
-            else:
-                scored.append((-1.0 + aging * waited_s, False, e))
-        scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
-        return scored
+        lo, hi = q.lo, q.hi
+        cost = (q.efficient if self._behind() else q.alone)[lo:hi]
+        # The scalar expressions of the definition, elementwise: the same floats (IEEE).
+        slack = (q.deadline[lo:hi] - now_s) * 1000.0 - cost * corr
+        ok = slack >= 0
+        aged = aging * (now_s - q.arrival[lo:hi])
+        # Approximate scores: decay ** (s / unit) as exp(s * ln(decay) / unit), within a
+        # few ulp of it (relative); slack clipped at 0 so a long-missed deadline cannot
+        # overflow (those score -1 + aging, exactly, anyway).
+        approx = np.where(ok, np.exp(np.maximum(slack, 0.0) * (math.log(decay) / unit)),
+                          -1.0) + aged
+        alive = q.alive[lo:hi]
+        approx[~alive] = -np.inf
+        if limit < q.n:
+            # Whatever could be among the first ``limit`` (by the exact score) is within the
+            # margin of the limit-th largest approximate score, or above it.
+            kth = np.partition(approx, approx.size - limit)[approx.size - limit]
+            cand = np.flatnonzero(approx >= kth - 2.0 * _URGENCY_MARGIN * (1.0 + abs(kth)))
+        else:
+            cand = np.flatnonzero(alive)
+        ok_c = ok[cand]
+        score = approx[cand]
+
+        def exact(i: int) -> float:
+            """The scalar formula for candidate ``i`` (feasible ones only)."""
+            return decay ** (float(slack[cand[i]]) / unit) + float(aged[cand[i]])
+
+        order, urgent = _exact_rank(score, ok_c, ctl.urgent_threshold, exact)
+        order = order[:limit]
+        return urgent[order].tolist(), ok_c[order].tolist(), cand[order] + lo
 
     def _explicit_batch(self, now_s: float, flush: bool, compensation: bool, emergency: bool):
         """Explicit control: urgency order, priority slots, compute-aware splitting by
         length, reserved capacity; in danger, small emergency batches for urgent work."""
         cfg, ctl, est = self.cfg, self.control, self.estimator
-        scored = self._urgency_order(now_s)
         padded = est.cost_mode == "padded"
         size_cap = self._compensation_size if compensation else cfg.max_batch_size
+        # Looking far down the urgency order buys little: the scan is bounded to the
+        # 8 * size_cap most urgent (seed included).
+        urgent_flags, feasible, top = self._urgency_order(now_s, 8 * size_cap)
+        q = self._queue
+        items = q.items
+        slots_, lengths, deadlines = top.tolist(), q.length[top].tolist(), q.deadline[top].tolist()
         duration_cap_ms = math.inf
         if not emergency and not compensation and self._tightest_sla_ms:
             duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * self._tightest_sla_ms
@@ -446,50 +636,70 @@ class Scheduler:
         if emergency and not compensation:
             # A burst (not yet a full batch behind): small batches for the most urgent.
             # Once behind, only full, efficient batches keep the device ahead of the queue.
-            if not self._behind() and scored[0][1] and scored[0][0] >= ctl.urgent_threshold:
+            if not self._behind() and urgent_flags[0]:
                 size_cap = min(size_cap, ctl.emergency_batch_size)
                 urgent_lane = True
             if ctl.dilution and now_s < self._last_finish_s + ctl.dilution_gap_ms / 1000.0:
                 return [], 0.0, "dilution", self._last_finish_s + ctl.dilution_gap_ms / 1000.0
 
-        seed_u, seed_ok, seed = scored[0]
-        members = [seed]
+        seed_ok, seed = feasible[0], items[slots_[0]]
+        members = [slots_[0]]
         longest = real = seed.seq_len
         squared = real * real
-        deadline = seed.req.deadline_s if seed_ok else math.inf
-        slots = ctl.priority_slots
+        deadline = seed.deadline_s if seed_ok else math.inf
+        priority_slots = ctl.priority_slots
         stop_noncritical = emergency and ctl.emergency_stop_noncritical
-        seed_noncritical = seed.req.sla_ms >= ctl.noncritical_sla_ms
+        noncritical_ms = ctl.noncritical_sla_ms
+        seed_noncritical = seed.req.sla_ms >= noncritical_ms
+        max_waste = ctl.max_padding_waste
+        check_waste = padded and not compensation
+        max_tokens = cfg.max_batch_tokens
         est_ms = est.estimate_parts_ms(1, longest, real, squared)
-        # Looking far down the urgency order buys little: bound the scan.
-        for u, ok, e in scored[1:8 * size_cap]:
-            if len(members) >= size_cap:
+        # est.estimate_parts_ms inlined (the same float operations, in the same order):
+        # this loop runs up to 8 * size_cap times per decision.
+        cm = est.cfg
+        fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
+                                           cm.per_token_squared_ms)
+        scale, corr = est.time_scale, est.correction
+        stop = 8 * size_cap
+        count = 1  # members so far
+        # Every check below only skips a candidate; the order of the checks is free.
+        for urgent, ok, n, due, slot in zip(urgent_flags[1:stop], feasible[1:stop],
+                                            lengths[1:stop], deadlines[1:stop], slots_[1:stop]):
+            if count >= size_cap:
                 break
-            n = e.seq_len
+            size = count + 1
             new_longest = longest if n <= longest else n
-            size = len(members) + 1
-            if new_longest * size > cfg.max_batch_tokens:
+            use_slot = urgent and priority_slots > 0
+            # Compute-aware splitting (padded): too much padding, unless on a priority slot.
+            if check_waste and not use_slot and \
+                    1.0 - (real + n) / (new_longest * size) > max_waste:
                 continue
-            urgent = ok and u >= ctl.urgent_threshold
+            if new_longest * size > max_tokens:
+                continue
             if urgent_lane and not urgent:
                 continue
-            if stop_noncritical and (seed_noncritical or e.req.sla_ms >= ctl.noncritical_sla_ms):
+            if stop_noncritical and (seed_noncritical
+                                     or items[slot].req.sla_ms >= noncritical_ms):
                 continue
-            use_slot = urgent and slots > 0
-            if padded and not use_slot and not compensation:
-                if 1.0 - (real + n) / (new_longest * size) > ctl.max_padding_waste:
-                    continue
-            candidate_ms = est.estimate_parts_ms(size, new_longest, real + n, squared + n * n)
+            if padded:
+                tokens = size * new_longest
+                candidate_ms = (fixed + per_seq * size + per_tok * tokens
+                                + per_sq * (tokens * new_longest)) * scale * corr
+            else:
+                candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
+                                + per_sq * (squared + n * n)) * scale * corr
             if candidate_ms > duration_cap_ms:
                 continue
-            bound = min(deadline, e.req.deadline_s) if ok else deadline
+            bound = (deadline if deadline <= due else due) if ok else deadline
             if now_s + candidate_ms / 1000.0 > bound:
                 continue  # adding it would make a member miss: leave it for another batch
-            members.append(e)
-            longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
-                                                        bound, candidate_ms)
+            members.append(slot)
+            count, longest, real, squared, deadline, est_ms = (
+                size, new_longest, real + n, squared + n * n, bound, candidate_ms)
             if use_slot:
-                slots -= 1
+                priority_slots -= 1
+        members = [items[slot] for slot in members]
 
         immediate = ("flush" if flush else "compensation" if compensation
                      else "emergency" if urgent_lane else "drain" if emergency else None)
