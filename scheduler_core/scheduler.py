@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -135,10 +135,14 @@ class _Entry:
         self.slot = -1  # index in _EntryQueue.items while queued
 
 
-# Urgency scores are first computed with numpy (np.power may be a few ulp off the libm
-# pow() that Python's ** uses); candidates are then re-scored exactly. The margin is
-# relative and many orders of magnitude above any such error (~1e-16 relative).
+# Urgency scores are first computed with numpy, decay ** x as exp(x * ln(decay)), which is
+# within about 1e-15 (absolute) of the libm pow() that Python's ** uses; where that could
+# change the order or the urgent flag, the score is recomputed exactly (_exact_rank). The
+# margin, relative to the scores' size, is many orders of magnitude above that error.
 _URGENCY_MARGIN = 1e-9
+# Up to this many queued requests, scanning the queue in plain Python beats numpy's fixed
+# cost per call (measured with scripts/bench_decision.py --depth).
+_SMALL_QUEUE = 64
 
 
 def _exact_rank(score: np.ndarray, exact_ok: np.ndarray, threshold: float, exact
@@ -158,15 +162,16 @@ def _exact_rank(score: np.ndarray, exact_ok: np.ndarray, threshold: float, exact
     at the threshold - typically none.
     """
     order = np.argsort(-score, kind="stable")
+    if not order.size:
+        return order, exact_ok
     ranked = score[order]
-    if ranked.size:
-        margin = 2.0 * _URGENCY_MARGIN * (1.0 + max(abs(ranked[0]), abs(ranked[-1]),
-                                                      abs(threshold)))
-        close = ranked[:-1] - ranked[1:] <= margin
-        near = np.zeros(ranked.size, dtype=bool)
+    margin = 2.0 * _URGENCY_MARGIN * (1.0 + max(abs(float(ranked[0])), abs(float(ranked[-1])),
+                                                  abs(threshold)))
+    close = ranked[:-1] - ranked[1:] <= margin
+    near = np.abs(ranked - threshold) <= margin
+    if close.any() or near.any():
         near[:-1] |= close
         near[1:] |= close
-        near |= np.abs(ranked - threshold) <= margin
         redo = order[near & exact_ok[order]]
         if redo.size:
             score = score.copy()
@@ -184,8 +189,8 @@ class _EntryQueue:
     slot by slot, so a scan over the whole queue (infeasible requests, urgency scores, the tightest
     deadline) is a few vectorised operations instead of a Python loop. A removed slot's
     deadline is +inf, so it is never infeasible and never the tightest. Slot order is
-    arrival order; the holes are squeezed out when they outnumber the entries or the
-    arrays are full.
+    arrival order; the holes are squeezed out (``_compact``) when they outnumber the
+    entries by more than 64 or the arrays are full.
     """
 
     def __init__(self, capacity: int = 256):
@@ -206,11 +211,8 @@ class _EntryQueue:
         return self.n
 
     def __iter__(self) -> Iterator[_Entry]:
-        items = self.items
-        for i in range(self.lo, self.hi):
-            e = items[i]
-            if e is not None:
-                yield e
+        # C-level iteration (no generator frame): entries are always truthy, holes None.
+        return filter(None, islice(self.items, self.lo, self.hi))
 
     def first(self) -> _Entry:
         return self.items[self.lo]  # type: ignore[return-value]
@@ -232,14 +234,21 @@ class _EntryQueue:
 
     def discard(self, entries: Iterable[_Entry]) -> None:
         """Take queued entries out (each at most once)."""
-        items, deadline, alive = self.items, self.deadline, self.alive
+        items = self.items
+        slots = []
         for e in entries:
-            i = e.slot
-            items[i] = None
-            deadline[i] = math.inf
-            alive[i] = False
+            slots.append(e.slot)
+            items[e.slot] = None
             e.slot = -1
-            self.n -= 1
+        if len(slots) > 8:
+            self.deadline[slots] = math.inf
+            self.alive[slots] = False
+        else:  # cheaper one by one than as an index array
+            deadline, alive = self.deadline, self.alive
+            for i in slots:
+                deadline[i] = math.inf
+                alive[i] = False
+        self.n -= len(slots)
         if not self.n:
             self.alive[self.lo:self.hi] = False
             self.lo = self.hi = 0
@@ -523,15 +532,20 @@ class Scheduler:
         if not q.n:
             return ()
         corr = self.estimator.correction
+        behind = self._behind()
         lo, hi = q.lo, q.hi
-        cost = (q.efficient if self._behind() else q.alone)[lo:hi]
-        # Per request: now + cost * corr / 1000 > deadline, in the same float operations
-        # (IEEE, elementwise) as the scalar expression; taken-out slots have deadline +inf.
-        late = np.flatnonzero(now_s + cost * corr / 1000.0 > q.deadline[lo:hi])
-        if not late.size:
+        if q.n <= _SMALL_QUEUE:
+            doomed = [e for e in q if now_s + (e.efficient_ms if behind else e.alone_ms)
+                      * corr / 1000.0 > e.deadline_s]
+        else:
+            # The same expression elementwise: the same IEEE operations, so the same
+            # answers; taken-out slots have deadline +inf.
+            cost = (q.efficient if behind else q.alone)[lo:hi]
+            late = np.flatnonzero(now_s + cost * corr / 1000.0 > q.deadline[lo:hi])
+            items = q.items
+            doomed = [items[lo + i] for i in late.tolist()]  # in queue order
+        if not doomed:
             return ()
-        items = q.items
-        doomed = [items[lo + i] for i in late.tolist()]  # in queue order
         self._take(doomed)
         self.counts["rejected_infeasible"] += len(doomed)
         return tuple((e.req, INFEASIBLE_REASON) for e in doomed)
@@ -570,31 +584,47 @@ class Scheduler:
                                       immediate, deadline)
 
     def _urgency_order(self, now_s: float, limit: int
-                       ) -> tuple[list[bool], list[bool], np.ndarray]:
-        """The ``limit`` most urgent queued requests, most urgent first: whether each is
-        urgent (feasible and urgency >= ``urgent_threshold``), whether its deadline is still
-        feasible (alone, or efficiently when behind), and its slot in ``self._queue.items``.
+                       ) -> tuple[list[bool], list[bool], list[int], list[int]]:
+        """The ``limit`` most urgent queued requests, most urgent first, as parallel lists:
+        whether each is urgent (feasible and urgency >= ``urgent_threshold``), whether its
+        deadline is still feasible (alone, or efficiently when behind), its slot in
+        ``self._queue.items`` and its length.
 
         Urgency = urgency_decay_rate ** (slack_ms / urgency_slack_unit_ms) + aging_per_s *
         waited_s; a request that cannot make its deadline even alone scores -1 + aging
         instead (it goes last, but aging still lifts it, so nothing starves). The order is
-        by urgency, most urgent first, equal urgency in arrival order: exactly that of
-        sorting the whole queue by the scalar formula (Python floats) - see
-        ``_exact_rank`` for how it is kept exact while computed with numpy.
+        by urgency, most urgent first, equal urgency in arrival order.
         """
         q = self._queue
         ctl = self.control
         corr = self.estimator.correction
         decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+        threshold = ctl.urgent_threshold
+        behind = self._behind()
         lo, hi = q.lo, q.hi
-        cost = (q.efficient if self._behind() else q.alone)[lo:hi]
-        # The scalar expressions of the definition, elementwise: the same floats (IEEE).
+        if q.n <= _SMALL_QUEUE:
+            scored = []
+            for e in q:
+                slack_ms = (e.deadline_s - now_s) * 1000.0 - (
+                    e.efficient_ms if behind else e.alone_ms) * corr
+                waited_s = now_s - e.req.arrival_s
+                if slack_ms >= 0:
+                    scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
+                else:
+                    scored.append((-1.0 + aging * waited_s, False, e))
+            scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
+            del scored[limit:]
+            return ([ok and u >= threshold for u, ok, _ in scored], [ok for _, ok, _ in scored],
+                    [e.slot for _, _, e in scored], [e.seq_len for _, _, e in scored])
+
+        # Vectorised: the same order, and every urgent flag the same (see _exact_rank).
+        cost = (q.efficient if behind else q.alone)[lo:hi]
+        # The scalar expressions above, elementwise: the same floats (IEEE).
         slack = (q.deadline[lo:hi] - now_s) * 1000.0 - cost * corr
         ok = slack >= 0
         aged = aging * (now_s - q.arrival[lo:hi])
-        # Approximate scores: decay ** (s / unit) as exp(s * ln(decay) / unit), within a
-        # few ulp of it (relative); slack clipped at 0 so a long-missed deadline cannot
-        # overflow (those score -1 + aging, exactly, anyway).
+        # Approximate scores (exp for **: see _URGENCY_MARGIN); slack clipped at 0 so a
+        # long-missed deadline cannot overflow (those score -1 + aging, exactly, anyway).
         approx = np.where(ok, np.exp(np.maximum(slack, 0.0) * (math.log(decay) / unit)),
                           -1.0) + aged
         alive = q.alive[lo:hi]
@@ -607,15 +637,16 @@ class Scheduler:
         else:
             cand = np.flatnonzero(alive)
         ok_c = ok[cand]
-        score = approx[cand]
 
         def exact(i: int) -> float:
             """The scalar formula for candidate ``i`` (feasible ones only)."""
             return decay ** (float(slack[cand[i]]) / unit) + float(aged[cand[i]])
 
-        order, urgent = _exact_rank(score, ok_c, ctl.urgent_threshold, exact)
+        order, urgent = _exact_rank(approx[cand], ok_c, threshold, exact)
         order = order[:limit]
-        return urgent[order].tolist(), ok_c[order].tolist(), cand[order] + lo
+        slots = cand[order] + lo
+        return (urgent[order].tolist(), ok_c[order].tolist(), slots.tolist(),
+                q.length[slots].tolist())
 
     def _explicit_batch(self, now_s: float, flush: bool, compensation: bool, emergency: bool):
         """Explicit control: urgency order, priority slots, compute-aware splitting by
@@ -625,10 +656,9 @@ class Scheduler:
         size_cap = self._compensation_size if compensation else cfg.max_batch_size
         # Looking far down the urgency order buys little: the scan is bounded to the
         # 8 * size_cap most urgent (seed included).
-        urgent_flags, feasible, top = self._urgency_order(now_s, 8 * size_cap)
+        urgent_flags, feasible, top, lengths = self._urgency_order(now_s, 8 * size_cap)
         q = self._queue
         items = q.items
-        slots_, lengths, deadlines = top.tolist(), q.length[top].tolist(), q.deadline[top].tolist()
         duration_cap_ms = math.inf
         if not emergency and not compensation and self._tightest_sla_ms:
             duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * self._tightest_sla_ms
@@ -642,8 +672,8 @@ class Scheduler:
             if ctl.dilution and now_s < self._last_finish_s + ctl.dilution_gap_ms / 1000.0:
                 return [], 0.0, "dilution", self._last_finish_s + ctl.dilution_gap_ms / 1000.0
 
-        seed_ok, seed = feasible[0], items[slots_[0]]
-        members = [slots_[0]]
+        seed_ok, seed = feasible[0], items[top[0]]
+        members = [top[0]]
         longest = real = seed.seq_len
         squared = real * real
         deadline = seed.deadline_s if seed_ok else math.inf
@@ -661,14 +691,13 @@ class Scheduler:
         fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
                                            cm.per_token_squared_ms)
         scale, corr = est.time_scale, est.correction
-        stop = 8 * size_cap
-        count = 1  # members so far
+        stop = 8 * size_cap  # the seed and the candidates after it, most urgent first
+        size = 2  # the batch's size if the next candidate joins
         # Every check below only skips a candidate; the order of the checks is free.
-        for urgent, ok, n, due, slot in zip(urgent_flags[1:stop], feasible[1:stop],
-                                            lengths[1:stop], deadlines[1:stop], slots_[1:stop]):
-            if count >= size_cap:
+        for urgent, ok, n, slot in zip(urgent_flags[1:stop], feasible[1:stop],
+                                       lengths[1:stop], top[1:stop]):
+            if size > size_cap:
                 break
-            size = count + 1
             new_longest = longest if n <= longest else n
             use_slot = urgent and priority_slots > 0
             # Compute-aware splitting (padded): too much padding, unless on a priority slot.
@@ -691,12 +720,17 @@ class Scheduler:
                                 + per_sq * (squared + n * n)) * scale * corr
             if candidate_ms > duration_cap_ms:
                 continue
-            bound = (deadline if deadline <= due else due) if ok else deadline
+            if ok:
+                due = items[slot].deadline_s
+                bound = deadline if deadline <= due else due
+            else:
+                bound = deadline
             if now_s + candidate_ms / 1000.0 > bound:
                 continue  # adding it would make a member miss: leave it for another batch
             members.append(slot)
-            count, longest, real, squared, deadline, est_ms = (
-                size, new_longest, real + n, squared + n * n, bound, candidate_ms)
+            longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
+                                                        bound, candidate_ms)
+            size += 1
             if use_slot:
                 priority_slots -= 1
         members = [items[slot] for slot in members]

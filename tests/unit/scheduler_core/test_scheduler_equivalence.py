@@ -107,12 +107,13 @@ class Twin:
         full = self.ref._urgency_order(now_s)
         depth = len(full)
         for k in {1, 7, 8 * self.live.cfg.max_batch_size, depth // 2 + 1, depth}:
-            urgent, feasible, slots = self.live._urgency_order(now_s, k)
-            entries = [self.live._queue.items[slot] for slot in slots.tolist()]
+            urgent, feasible, slots, lengths = self.live._urgency_order(now_s, k)
+            entries = [self.live._queue.items[slot] for slot in slots]
             want = full[:k]
             threshold = self.live.control.urgent_threshold
             assert urgent == [ok and u >= threshold for u, ok, _ in want], (now_s, k)
             assert feasible == [ok for _, ok, _ in want]
+            assert lengths == [e.seq_len for _, _, e in want]
             assert [e.req.request_id for e in entries] == [e.req.request_id for _, _, e in want]
         self.orders_checked += 1
 
