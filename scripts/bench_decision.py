@@ -13,8 +13,11 @@ decision asked for, if that is sooner); a dispatched batch is fed back at once w
 ``batch_started`` / ``batch_finished`` as a batch of its estimated length that just finished
 (latency windows, cost refit, compensation all run as in service). After each call the queue
 is refilled to ``--depth`` with requests that arrived in the elapsed interval, so it holds
-old and new requests, and calls dispatch, wait and reject infeasible requests (the
-profiles' ``infeasible_policy: reject``). Only ``schedule`` is timed.
+old and new requests, and calls dispatch and reject infeasible requests (the profiles'
+``infeasible_policy: reject``). A deep queue always holds a request whose batching window
+has closed, so to time decisions that wait as well, every ``--fresh-every``-th call finds
+a burst instead: the queue emptied and refilled with ``--depth`` requests that arrived in
+the last 2 ms (explicit control then waits for the window). Only ``schedule`` is timed.
 
 ``--profile`` runs the same cases under pyinstrument and writes where the time of
 ``schedule`` goes (self time per function, summed over the calls). ``--out`` writes a
@@ -84,7 +87,8 @@ class Workload:
 class Case:
     """One scheduler with its queue held at ``depth``."""
 
-    def __init__(self, profile_name: str, mode: str, depth: int, step_ms: float, seed: int):
+    def __init__(self, profile_name: str, mode: str, depth: int, step_ms: float, seed: int,
+                 fresh_every: int = 0):
         self.profile = load_profile(profile_path(PROFILE_DIR, profile_name))
         self.mode = mode
         self.depth = depth
@@ -94,6 +98,8 @@ class Case:
         self.work = Workload(seed)
         self.next_id = 0
         self.now = 100.0  # any origin: the scheduler only sees differences
+        self.fresh_every = fresh_every
+        self.calls = 0
         self.reasons: Counter = Counter()
         self.modes: Counter = Counter()
         self.rejected = 0
@@ -113,6 +119,10 @@ class Case:
     def call(self, timer=time.perf_counter_ns) -> int:
         """One timed ``schedule`` call plus the untimed bookkeeping around it (ns)."""
         s, now = self.sched, self.now
+        self.calls += 1
+        if self.fresh_every and self.calls % self.fresh_every == 0:
+            s.drain()  # a burst: only requests that arrived in the last 2 ms
+            self._refill(now - 0.002, now)
         s.set_external_utilization(self.util, now, "bench")
         t0 = timer()
         d = s.schedule(now)
@@ -135,7 +145,7 @@ class Case:
 
 
 def run_case(profile_name: str, mode: str, args, profiler=None) -> dict:
-    case = Case(profile_name, mode, args.depth, args.step_ms, args.seed)
+    case = Case(profile_name, mode, args.depth, args.step_ms, args.seed, args.fresh_every)
     for _ in range(args.warmup):
         case.call()
     case.reasons.clear()
@@ -320,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per case (best median kept)")
     parser.add_argument("--step-ms", type=float, default=1.0,
                         help="clock advance after each call (ms)")
+    parser.add_argument("--fresh-every", type=int, default=20,
+                        help="every N-th call finds a freshly arrived queue (0: never)")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--profile", action="store_true",
                         help="also run under pyinstrument and report where the time goes")
