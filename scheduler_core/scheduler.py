@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -691,30 +691,34 @@ class Scheduler:
         fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
                                            cm.per_token_squared_ms)
         scale, corr = est.time_scale, est.correction
-        stop = 8 * size_cap  # the seed and the candidates after it, most urgent first
+        # The seed and the candidates after it, most urgent first (none for a batch of one).
+        stop = 8 * size_cap if size_cap > 1 else 1
+        # Urgency matters only for priority slots and the urgent lane.
+        urgent_flags = (islice(urgent_flags, 1, stop) if priority_slots > 0 or urgent_lane
+                        else repeat(False))
+        filtering = urgent_lane or stop_noncritical
         size = 2  # the batch's size if the next candidate joins
-        # Every check below only skips a candidate; the order of the checks is free.
-        for urgent, ok, n, slot in zip(urgent_flags[1:stop], feasible[1:stop],
-                                       lengths[1:stop], top[1:stop]):
-            if size > size_cap:
-                break
-            new_longest = longest if n <= longest else n
-            use_slot = urgent and priority_slots > 0
+        span = longest * size  # its padded tokens if the candidate is not longer
+        # Every check below only skips a candidate, so their order is free: the cheapest
+        # and most selective first (padding waste rejects most candidates).
+        for urgent, ok, n, slot in zip(urgent_flags, islice(feasible, 1, stop),
+                                       islice(lengths, 1, stop), islice(top, 1, stop)):
+            if n <= longest:
+                new_longest, new_span = longest, span
+            else:
+                new_longest, new_span = n, n * size
             # Compute-aware splitting (padded): too much padding, unless on a priority slot.
-            if check_waste and not use_slot and \
-                    1.0 - (real + n) / (new_longest * size) > max_waste:
+            if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
+                    urgent and priority_slots > 0):
                 continue
-            if new_longest * size > max_tokens:
+            if new_span > max_tokens:
                 continue
-            if urgent_lane and not urgent:
-                continue
-            if stop_noncritical and (seed_noncritical
-                                     or items[slot].req.sla_ms >= noncritical_ms):
+            if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
+                    seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
                 continue
             if padded:
-                tokens = size * new_longest
-                candidate_ms = (fixed + per_seq * size + per_tok * tokens
-                                + per_sq * (tokens * new_longest)) * scale * corr
+                candidate_ms = (fixed + per_seq * size + per_tok * new_span
+                                + per_sq * (new_span * new_longest)) * scale * corr
             else:
                 candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
                                 + per_sq * (squared + n * n)) * scale * corr
@@ -730,9 +734,12 @@ class Scheduler:
             members.append(slot)
             longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
                                                         bound, candidate_ms)
-            size += 1
-            if use_slot:
+            if urgent and priority_slots > 0:
                 priority_slots -= 1
+            size += 1
+            if size > size_cap:
+                break
+            span = longest * size
         members = [items[slot] for slot in members]
 
         immediate = ("flush" if flush else "compensation" if compensation
