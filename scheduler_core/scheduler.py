@@ -602,7 +602,9 @@ class Scheduler:
         threshold = ctl.urgent_threshold
         behind = self._behind()
         lo, hi = q.lo, q.hi
-        if q.n <= _SMALL_QUEUE:
+        # (The vectorised form needs 0 < decay < 1 and unit > 0, as profiles are validated
+        # to have; anything else takes the scalar definition, errors included.)
+        if q.n <= _SMALL_QUEUE or not (0.0 < decay < 1.0 and unit > 0.0):
             scored = []
             for e in q:
                 slack_ms = (e.deadline_s - now_s) * 1000.0 - (

@@ -361,3 +361,19 @@ def test_exact_rank_computes_nothing_exactly_when_scores_are_apart():
                                 lambda i: pytest.fail("no exact score needed"))
     assert order.tolist() == [1, 4, 2, 0, 3]
     assert urgent.tolist() == [False, True, False, False, True]
+
+
+@pytest.mark.parametrize("decay, unit", [(1.0, 10.0), (0.0, 10.0), (0.85, 0.0)])
+def test_same_behaviour_outside_the_validated_urgency_settings(decay, unit):
+    """Settings a profile file may not hold (but a ControlConfig built in code may) take the
+    scalar path: the same decisions, or the same exception."""
+    profile = _profile("t4", "padded")
+    control = replace(profile.control, urgency_decay_rate=decay, urgency_slack_unit_ms=unit,
+                      prewarm_utilization=0.0, infeasible_policy="serve_late")
+    arrivals = _workload(profile, 2.0, 0.2, 21)
+    if unit == 0.0:
+        for policy in _pair(profile, control):
+            with pytest.raises(ZeroDivisionError):
+                simulate(policy, arrivals, profile.cost_model)
+    else:
+        _assert_same_runs(profile, control, arrivals, separately=False)
