@@ -308,10 +308,21 @@ def write_markdown(path: str, command: str, rows: list[dict], args, after_profil
     if before_doc:
         note = before_doc.get("note", "the implementation before the optimisation")
         lines += [f"`before`: {note} (`{os.path.relpath(BEFORE_JSON, REPO_ROOT)}`).", ""]
+    lines += ["p99: `schedule` also runs the perception layer (every 200 ms of the bench clock, "
+              "so 1 call in 200 here) and the decision layer (every 100 ms, 1 call in 100); "
+              "those calls cost about a millisecond more, almost all of it in the latency "
+              "windows of `scheduler_core/perception.py` (P99, coefficient of variation and "
+              "compensation check over up to 4096 samples), not in forming the batch.", ""]
+    if before_rows:
+        same = all(b["reasons"] == r["reasons"] and b["rejected_per_call"] == r["rejected_per_call"]
+                   for r in rows for b in [before_rows.get((r["profile"], r["mode"]))] if b)
+        lines += ["The decisions of the two runs (reasons and rejections per case) are "
+                  + ("identical." if same else "NOT identical: check the equivalence test."), ""]
     before_profile = _read(BEFORE_PROFILE)
     if before_profile:
         lines += ["## Where the time went BEFORE the optimisation (pyinstrument)", "",
-                  "Measured on the original implementation (first run of this script, "
+                  "Measured on the original implementation by the first run of this script "
+                  "(its first version, without the bursts of fresh arrivals; "
                   f"`{os.path.relpath(BEFORE_PROFILE, REPO_ROOT)}`), kept as it was:", "",
                   "```", before_profile.rstrip(), "```", ""]
     if after_profile:
