@@ -87,7 +87,10 @@ class CostEstimator:
 
     def base_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
                       real_squared: int) -> float:
-        """The seed formula (times ``time_scale``) without the online correction."""
+        """The seed formula (times ``time_scale``) without the online correction.
+
+        ``Scheduler._explicit_batch`` inlines this formula in its hot loop (the same float
+        operations); test_scheduler_equivalence fails if the two drift apart."""
         cfg = self.cfg
         if self.cost_mode == "ragged":
             tokens, squared = real_tokens, real_squared

@@ -32,7 +32,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from itertools import islice, repeat
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from .clock import MAX_RATE, LogicalClock
 from .cost_model import CostEstimator
@@ -120,7 +123,8 @@ class SchedulerStats:
 class _Entry:
     """A queued request plus what the scheduler keeps about it."""
 
-    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms", "efficient_ms")
+    __slots__ = ("req", "seq_len", "logical_arrival_s", "alone_ms", "efficient_ms",
+                 "deadline_s", "slot")
 
     def __init__(self, req: QueuedRequest, logical_arrival_s: float, alone_ms: float,
                  efficient_ms: float):
@@ -130,6 +134,168 @@ class _Entry:
         # Uncorrected estimates: running it alone, and in an efficient batch of its length.
         self.alone_ms = alone_ms
         self.efficient_ms = efficient_ms
+        self.deadline_s = req.deadline_s  # the same float, computed once
+        self.slot = -1  # index in _EntryQueue.items while queued
+
+
+# Urgency scores are first computed with numpy, decay ** x as exp(x * ln(decay)), which is
+# within about 1e-15 (absolute) of the libm pow() that Python's ** uses; where that could
+# change the order or the urgent flag, the score is recomputed exactly (_exact_rank). The
+# margin, relative to the scores' size, is many orders of magnitude above that error.
+_URGENCY_MARGIN = 1e-9
+# Up to this many queued requests, scanning the queue in plain Python beats numpy's fixed
+# cost per call (measured with scripts/bench_decision.py --depth).
+_SMALL_QUEUE = 64
+
+
+def _exact_rank(score: np.ndarray, exact_ok: np.ndarray, threshold: float, exact
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Rank candidates by an exact score known only approximately, without computing it
+    for (nearly) all of them.
+
+    ``score``: approximate scores, in arrival order, each within ``_URGENCY_MARGIN * (1 +
+    |score|)`` of the exact one - except where ``exact_ok`` is false, where the score is
+    exact already. ``exact(i)`` computes candidate ``i``'s exact score. Returns the indices
+    in the order of the exact scores (highest first, ties in arrival order) and, per
+    candidate, ``exact_ok & (exact score >= threshold)``.
+
+    Two candidates whose approximate scores are further apart than twice the margin are in
+    the same order by the exact scores; so are a score and ``threshold``. The exact score is
+    computed only for candidates in a run of nearly equal scores (after sorting) or nearly
+    at the threshold - typically none.
+    """
+    order = np.argsort(-score, kind="stable")
+    if not order.size:
+        return order, exact_ok
+    ranked = score[order]
+    margin = 2.0 * _URGENCY_MARGIN * (1.0 + max(abs(float(ranked[0])), abs(float(ranked[-1])),
+                                                  abs(threshold)))
+    close = ranked[:-1] - ranked[1:] <= margin
+    near = np.abs(ranked - threshold) <= margin
+    if close.any() or near.any():
+        near[:-1] |= close
+        near[1:] |= close
+        redo = order[near & exact_ok[order]]
+        if redo.size:
+            score = score.copy()
+            for i in redo.tolist():
+                score[i] = exact(i)
+            order = np.argsort(-score, kind="stable")
+    return order, exact_ok & (score >= threshold)
+
+
+class _EntryQueue:
+    """The queue in arrival order with O(1) removal anywhere, and numpy columns beside it.
+
+    Entries sit in slots ``lo .. hi-1`` of ``items`` (``None`` where one was taken out);
+    ``deadline``, ``arrival``, ``alone``, ``efficient``, ``length`` and ``alive`` mirror them
+    slot by slot, so a scan over the whole queue (infeasible requests, urgency scores, the tightest
+    deadline) is a few vectorised operations instead of a Python loop. A removed slot's
+    deadline is +inf, so it is never infeasible and never the tightest. Slot order is
+    arrival order; the holes are squeezed out (``_compact``) when they outnumber the
+    entries by more than 64 or the arrays are full.
+    """
+
+    def __init__(self, capacity: int = 256):
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.items: list[_Entry | None] = [None] * capacity
+        self.deadline = np.full(capacity, np.inf)
+        self.arrival = np.zeros(capacity)
+        self.alone = np.zeros(capacity)
+        self.efficient = np.zeros(capacity)
+        self.length = np.zeros(capacity, dtype=np.int64)
+        self.alive = np.zeros(capacity, dtype=bool)
+        self.lo = self.hi = self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[_Entry]:
+        # C-level iteration (no generator frame): entries are always truthy, holes None.
+        return filter(None, islice(self.items, self.lo, self.hi))
+
+    def first(self) -> _Entry:
+        return self.items[self.lo]  # type: ignore[return-value]
+
+    def append(self, e: _Entry) -> None:
+        if self.hi == self.capacity:
+            self._compact(grow=2 * self.n > self.capacity)
+        i = self.hi
+        self.items[i] = e
+        e.slot = i
+        self.deadline[i] = e.deadline_s
+        self.arrival[i] = e.req.arrival_s
+        self.alone[i] = e.alone_ms
+        self.efficient[i] = e.efficient_ms
+        self.length[i] = e.seq_len
+        self.alive[i] = True
+        self.hi = i + 1
+        self.n += 1
+
+    def discard(self, entries: Iterable[_Entry]) -> None:
+        """Take queued entries out (each at most once)."""
+        items = self.items
+        slots = []
+        for e in entries:
+            slots.append(e.slot)
+            items[e.slot] = None
+            e.slot = -1
+        if len(slots) > 8:
+            self.deadline[slots] = math.inf
+            self.alive[slots] = False
+        else:  # cheaper one by one than as an index array
+            deadline, alive = self.deadline, self.alive
+            for i in slots:
+                deadline[i] = math.inf
+                alive[i] = False
+        self.n -= len(slots)
+        if not self.n:
+            self.alive[self.lo:self.hi] = False
+            self.lo = self.hi = 0
+            return
+        lo = self.lo
+        while items[lo] is None:
+            lo += 1
+        self.lo = lo
+        if self.hi - lo > 2 * self.n + 64:
+            self._compact(grow=False)
+
+    def clear(self) -> None:
+        for e in self:
+            e.slot = -1
+        self._allocate(self.capacity)
+
+    def _compact(self, grow: bool) -> None:
+        """Squeeze the holes out (slot order kept); double the capacity if ``grow``."""
+        lo, hi = self.lo, self.hi
+        live = [e for e in self.items[lo:hi] if e is not None]
+        idx = np.flatnonzero(self.alive[lo:hi]) + lo
+        columns = (self.deadline, self.arrival, self.alone, self.efficient, self.length)
+        if grow:
+            old = columns
+            self._allocate(2 * self.capacity)
+            columns = (self.deadline, self.arrival, self.alone, self.efficient, self.length)
+            for new, col in zip(columns, old):
+                new[:len(live)] = col[idx]
+        else:
+            for col in columns:
+                col[:len(live)] = col[idx]
+            self.deadline[len(live):hi] = np.inf
+            self.alive[len(live):hi] = False
+        m = len(live)
+        self.alive[:m] = True
+        self.items[:hi] = live + [None] * (hi - m)
+        for k, e in enumerate(live):
+            e.slot = k
+        self.lo, self.hi, self.n = 0, m, m
+
+    def min_deadline(self) -> float:
+        if not self.n:
+            return math.inf
+        return float(self.deadline[self.lo:self.hi].min())
 
 
 def take_fifo(queue: Iterable, max_batch_size: int, max_batch_tokens: int) -> list:
@@ -176,7 +342,7 @@ class Scheduler:
         self.arrivals = ArrivalRate(window_s)
         self.latencies = LatencyWindow(window_s)
         self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
-        self._queue: deque[_Entry] = deque()
+        self._queue = _EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
@@ -215,10 +381,10 @@ class Scheduler:
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
         """Take requests out of the queue (cancelled, or failed by the adapter)."""
         wanted = set(request_ids)
-        removed = [e.req for e in self._queue if e.req.request_id in wanted]
+        removed = [e for e in self._queue if e.req.request_id in wanted]
         if removed:
-            self._queue = deque(e for e in self._queue if e.req.request_id not in wanted)
-        return removed
+            self._queue.discard(removed)
+        return [e.req for e in removed]
 
     def drain(self) -> list[QueuedRequest]:
         """Empty the queue (shutdown): the caller must answer every returned request."""
@@ -269,7 +435,7 @@ class Scheduler:
         if self.latencies.count(now_s):
             p99 = self.latencies.percentile(now_s, 99)
             self._p99_history.append(p99)
-        min_remaining = min((e.req.deadline_s for e in self._queue), default=math.inf)
+        min_remaining = self._queue.min_deadline()
         if self._period_min_sla_ms < math.inf:
             self._tightest_sla_ms = self._period_min_sla_ms
             self._period_min_sla_ms = math.inf
@@ -349,13 +515,7 @@ class Scheduler:
                              est_ms, rejected, zone, mode)
 
     def _take(self, entries: list[_Entry]) -> None:
-        if len(entries) <= len(self._queue) and all(
-                a is b for a, b in zip(entries, self._queue)):
-            for _ in entries:  # a FIFO prefix: the common case
-                self._queue.popleft()
-            return
-        chosen = {id(e) for e in entries}
-        self._queue = deque(e for e in self._queue if id(e) not in chosen)
+        self._queue.discard(entries)
 
     def _count_dispatch(self, size: int, mode: str, reason: str) -> None:
         self._avg_batch_size += 0.1 * (size - self._avg_batch_size)
@@ -373,10 +533,22 @@ class Scheduler:
     def _take_infeasible(self, now_s: float) -> tuple:
         """Requests that miss their deadline even run at once, alone - or, when behind, in an
         efficient batch (reject policy)."""
+        q = self._queue
+        if not q.n:
+            return ()
         corr = self.estimator.correction
         behind = self._behind()
-        doomed = [e for e in self._queue if now_s + (e.efficient_ms if behind else e.alone_ms)
-                  * corr / 1000.0 > e.req.deadline_s]
+        lo, hi = q.lo, q.hi
+        if q.n <= _SMALL_QUEUE:
+            doomed = [e for e in q if now_s + (e.efficient_ms if behind else e.alone_ms)
+                      * corr / 1000.0 > e.deadline_s]
+        else:
+            # The same expression elementwise: the same IEEE operations, so the same
+            # answers; taken-out slots have deadline +inf.
+            cost = (q.efficient if behind else q.alone)[lo:hi]
+            late = np.flatnonzero(now_s + cost * corr / 1000.0 > q.deadline[lo:hi])
+            items = q.items
+            doomed = [items[lo + i] for i in late.tolist()]  # in queue order
         if not doomed:
             return ()
         self._take(doomed)
@@ -384,7 +556,7 @@ class Scheduler:
         return tuple((e.req, INFEASIBLE_REASON) for e in doomed)
 
     def _window_close_s(self, now_s: float) -> float:
-        oldest = self._queue[0]
+        oldest = self._queue.first()
         return self.clock.physical_at(oldest.logical_arrival_s + self.cfg.base_window_ms / 1000.0,
                                       now_s)
 
@@ -434,38 +606,88 @@ class Scheduler:
         est_ms = self.estimator.estimate_ms([e.seq_len for e in entries])
         full = len(entries) < len(self._queue) or len(entries) >= cap
         immediate = "flush" if flush else ("compensation" if compensation else None)
-        deadline = min(e.req.deadline_s for e in entries)
+        deadline = min(e.deadline_s for e in entries)
         return self._dispatch_or_wait(now_s, entries, est_ms, full and not compensation,
                                       immediate, deadline)
 
-    def _urgency_order(self, now_s: float) -> list[tuple[float, bool, _Entry]]:
-        """Queue by SLA urgency, most urgent first: urgency_decay_rate ** (slack / unit)
-        plus aging; requests that cannot make their deadline even alone go last (aging
-        still lifts them, so nothing starves)."""
+    def _urgency_order(self, now_s: float, limit: int
+                       ) -> tuple[list[bool], list[bool], list[int], list[int]]:
+        """The ``limit`` most urgent queued requests, most urgent first, as parallel lists:
+        whether each is urgent (feasible and urgency >= ``urgent_threshold``), whether its
+        deadline is still feasible (alone, or efficiently when behind), its slot in
+        ``self._queue.items`` and its length.
+
+        Urgency = urgency_decay_rate ** (slack_ms / urgency_slack_unit_ms) + aging_per_s *
+        waited_s; a request that cannot make its deadline even alone scores -1 + aging
+        instead (it goes last, but aging still lifts it, so nothing starves). The order is
+        by urgency, most urgent first, equal urgency in arrival order.
+        """
+        q = self._queue
         ctl = self.control
         corr = self.estimator.correction
         decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+        threshold = ctl.urgent_threshold
         behind = self._behind()
-        scored = []
-        for e in self._queue:
-            req = e.req
-            slack_ms = (req.deadline_s - now_s) * 1000.0 - (
-                e.efficient_ms if behind else e.alone_ms) * corr
-            waited_s = now_s - req.arrival_s
-            if slack_ms >= 0:
-                scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
-            else:
-                scored.append((-1.0 + aging * waited_s, False, e))
-        scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
-        return scored
+        lo, hi = q.lo, q.hi
+        # (The vectorised form needs 0 < decay < 1 and unit > 0, as profiles are validated
+        # to have; anything else takes the scalar definition, errors included.)
+        if q.n <= _SMALL_QUEUE or not (0.0 < decay < 1.0 and unit > 0.0):
+            scored = []
+            for e in q:
+                slack_ms = (e.deadline_s - now_s) * 1000.0 - (
+                    e.efficient_ms if behind else e.alone_ms) * corr
+                waited_s = now_s - e.req.arrival_s
+                if slack_ms >= 0:
+                    scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
+                else:
+                    scored.append((-1.0 + aging * waited_s, False, e))
+            scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
+            del scored[limit:]
+            return ([ok and u >= threshold for u, ok, _ in scored], [ok for _, ok, _ in scored],
+                    [e.slot for _, _, e in scored], [e.seq_len for _, _, e in scored])
+
+        # Vectorised: the same order, and every urgent flag the same (see _exact_rank).
+        cost = (q.efficient if behind else q.alone)[lo:hi]
+        # The scalar expressions above, elementwise: the same floats (IEEE).
+        slack = (q.deadline[lo:hi] - now_s) * 1000.0 - cost * corr
+        ok = slack >= 0
+        aged = aging * (now_s - q.arrival[lo:hi])
+        # Approximate scores (exp for **: see _URGENCY_MARGIN); slack clipped at 0 so a
+        # long-missed deadline cannot overflow (those score -1 + aging, exactly, anyway).
+        approx = np.where(ok, np.exp(np.maximum(slack, 0.0) * (math.log(decay) / unit)),
+                          -1.0) + aged
+        alive = q.alive[lo:hi]
+        approx[~alive] = -np.inf
+        if limit < q.n:
+            # Whatever could be among the first ``limit`` (by the exact score) is within the
+            # margin of the limit-th largest approximate score, or above it.
+            kth = np.partition(approx, approx.size - limit)[approx.size - limit]
+            cand = np.flatnonzero(approx >= kth - 2.0 * _URGENCY_MARGIN * (1.0 + abs(kth)))
+        else:
+            cand = np.flatnonzero(alive)
+        ok_c = ok[cand]
+
+        def exact(i: int) -> float:
+            """The scalar formula for candidate ``i`` (feasible ones only)."""
+            return decay ** (float(slack[cand[i]]) / unit) + float(aged[cand[i]])
+
+        order, urgent = _exact_rank(approx[cand], ok_c, threshold, exact)
+        order = order[:limit]
+        slots = cand[order] + lo
+        return (urgent[order].tolist(), ok_c[order].tolist(), slots.tolist(),
+                q.length[slots].tolist())
 
     def _explicit_batch(self, now_s: float, flush: bool, compensation: bool, emergency: bool):
         """Explicit control: urgency order, priority slots, compute-aware splitting by
         length, reserved capacity; in danger, small emergency batches for urgent work."""
         cfg, ctl, est = self.cfg, self.control, self.estimator
-        scored = self._urgency_order(now_s)
         padded = est.cost_mode == "padded"
         size_cap = self._compensation_size if compensation else cfg.max_batch_size
+        # Looking far down the urgency order buys little: the scan is bounded to the
+        # 8 * size_cap most urgent (seed included).
+        urgent_flags, feasible, top, lengths = self._urgency_order(now_s, 8 * size_cap)
+        q = self._queue
+        items = q.items
         duration_cap_ms = math.inf
         if not emergency and not compensation and self._tightest_sla_ms:
             duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * self._tightest_sla_ms
@@ -473,50 +695,81 @@ class Scheduler:
         if emergency and not compensation:
             # A burst (not yet a full batch behind): small batches for the most urgent.
             # Once behind, only full, efficient batches keep the device ahead of the queue.
-            if not self._behind() and scored[0][1] and scored[0][0] >= ctl.urgent_threshold:
+            if not self._behind() and urgent_flags[0]:
                 size_cap = min(size_cap, ctl.emergency_batch_size)
                 urgent_lane = True
             if ctl.dilution and now_s < self._last_finish_s + ctl.dilution_gap_ms / 1000.0:
                 return [], 0.0, "dilution", self._last_finish_s + ctl.dilution_gap_ms / 1000.0
 
-        seed_u, seed_ok, seed = scored[0]
-        members = [seed]
+        seed_ok, seed = feasible[0], items[top[0]]
+        members = [top[0]]
         longest = real = seed.seq_len
         squared = real * real
-        deadline = seed.req.deadline_s if seed_ok else math.inf
-        slots = ctl.priority_slots
+        deadline = seed.deadline_s if seed_ok else math.inf
+        priority_slots = ctl.priority_slots
         stop_noncritical = emergency and ctl.emergency_stop_noncritical
-        seed_noncritical = seed.req.sla_ms >= ctl.noncritical_sla_ms
+        noncritical_ms = ctl.noncritical_sla_ms
+        seed_noncritical = seed.req.sla_ms >= noncritical_ms
+        max_waste = ctl.max_padding_waste
+        check_waste = padded and not compensation
+        max_tokens = cfg.max_batch_tokens
         est_ms = est.estimate_parts_ms(1, longest, real, squared)
-        # Looking far down the urgency order buys little: bound the scan.
-        for u, ok, e in scored[1:8 * size_cap]:
-            if len(members) >= size_cap:
-                break
-            n = e.seq_len
-            new_longest = longest if n <= longest else n
-            size = len(members) + 1
-            if new_longest * size > cfg.max_batch_tokens:
+        # est.estimate_parts_ms inlined (the same float operations, in the same order):
+        # this loop runs up to 8 * size_cap times per decision.
+        cm = est.cfg
+        fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
+                                           cm.per_token_squared_ms)
+        scale, corr = est.time_scale, est.correction
+        # The seed and the candidates after it, most urgent first (none for a batch of one).
+        stop = 8 * size_cap if size_cap > 1 else 1
+        # Urgency matters only for priority slots and the urgent lane.
+        urgent_flags = (islice(urgent_flags, 1, stop) if priority_slots > 0 or urgent_lane
+                        else repeat(False))
+        filtering = urgent_lane or stop_noncritical
+        size = 2  # the batch's size if the next candidate joins
+        span = longest * size  # its padded tokens if the candidate is not longer
+        # Every check below only skips a candidate, so their order is free: the cheapest
+        # and most selective first (padding waste rejects most candidates).
+        for urgent, ok, n, slot in zip(urgent_flags, islice(feasible, 1, stop),
+                                       islice(lengths, 1, stop), islice(top, 1, stop)):
+            if n <= longest:
+                new_longest, new_span = longest, span
+            else:
+                new_longest, new_span = n, n * size
+            # Compute-aware splitting (padded): too much padding, unless on a priority slot.
+            if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
+                    urgent and priority_slots > 0):
                 continue
-            urgent = ok and u >= ctl.urgent_threshold
-            if urgent_lane and not urgent:
+            if new_span > max_tokens:
                 continue
-            if stop_noncritical and (seed_noncritical or e.req.sla_ms >= ctl.noncritical_sla_ms):
+            if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
+                    seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
                 continue
-            use_slot = urgent and slots > 0
-            if padded and not use_slot and not compensation:
-                if 1.0 - (real + n) / (new_longest * size) > ctl.max_padding_waste:
-                    continue
-            candidate_ms = est.estimate_parts_ms(size, new_longest, real + n, squared + n * n)
+            if padded:
+                candidate_ms = (fixed + per_seq * size + per_tok * new_span
+                                + per_sq * (new_span * new_longest)) * scale * corr
+            else:
+                candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
+                                + per_sq * (squared + n * n)) * scale * corr
             if candidate_ms > duration_cap_ms:
                 continue
-            bound = min(deadline, e.req.deadline_s) if ok else deadline
+            if ok:
+                due = items[slot].deadline_s
+                bound = deadline if deadline <= due else due
+            else:
+                bound = deadline
             if now_s + candidate_ms / 1000.0 > bound:
                 continue  # adding it would make a member miss: leave it for another batch
-            members.append(e)
+            members.append(slot)
             longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
                                                         bound, candidate_ms)
-            if use_slot:
-                slots -= 1
+            if urgent and priority_slots > 0:
+                priority_slots -= 1
+            size += 1
+            if size > size_cap:
+                break
+            span = longest * size
+        members = [items[slot] for slot in members]
 
         immediate = ("flush" if flush else "compensation" if compensation
                      else "emergency" if urgent_lane else "drain" if emergency else None)
