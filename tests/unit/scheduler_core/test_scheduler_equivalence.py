@@ -24,7 +24,7 @@ from hypothesis import given, settings, strategies as st
 
 from reference_scheduler import ReferenceScheduler
 from scheduler_core import workload as W
-from scheduler_core.profile import load_profile, profile_path, with_emulation
+from scheduler_core.profile import load_profile, profile_path, with_emulation, with_overrides
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import QueueFull, Scheduler, _Entry, _EntryQueue, _exact_rank
 from scheduler_core.simulator import capacity_rps, simulate
@@ -49,9 +49,15 @@ CONTROLS = {
 }
 
 
+# Behaviour added after the reference was frozen, pinned to what the reference does: the
+# worth-its-wait rule off (always wait for the window).
+PINNED = {"scheduler": {"wait_ms_per_saved_device_ms": 1e6}}
+
+
 def _profile(name: str, cost_mode: str):
     p = load_profile(profile_path(PROFILE_DIR, name))
-    return with_emulation(p, {"cost_mode": cost_mode}, "test")
+    return with_overrides(with_emulation(p, {"cost_mode": cost_mode}, "test"), PINNED,
+                          "pinned to the reference")
 
 
 def _control(profile, variant: str):
