@@ -111,6 +111,13 @@ class ControlConfig:
     nml_score: float = 0.30
     # Danger when the weighted pressure score reaches this (the design's 0.78).
     danger_zone_threshold: float = 0.78
+    # Batching in the safe zone: "fifo" (Triton's default dynamic batching: the queue's
+    # prefix), "length_aware" (the explicit batch former: urgency order, compute-aware
+    # splitting, reserved capacity), or "auto": length_aware where the device pays for
+    # padding (cost_mode padded), fifo where it does not (ragged). In the simulator, FIFO
+    # batches on a padded device with a long-tailed length mix wasted enough device time
+    # to push utilisation into the danger zone from 40 % load on.
+    safe_zone_batching: str = "auto"
     # Explicit control starts from this utilisation even while still "safe" (pre-warm).
     prewarm_utilization: float = 0.65
     # Hysteresis: leaving a zone needs the score this far below the entry level, held
@@ -121,7 +128,7 @@ class ControlConfig:
     urgency_decay_rate: float = 0.85
     urgency_slack_unit_ms: float = 10.0
     aging_per_s: float = 0.5
-    urgent_threshold: float = 0.5
+    urgent_threshold: float = 0.9
     # Places in each explicit-mode batch (beyond its most urgent member) kept for urgent
     # requests whatever their length. Default 0: in the simulator each slot cost goodput on
     # padded devices (a long urgent member pads the whole batch); worth it on ragged ones.
@@ -143,7 +150,7 @@ class ControlConfig:
     # Shedding when behind (a full batch or more queued): a request that cannot make its
     # deadline even in a batch of min_batch_fill * max_batch_size counts as infeasible -
     # serving it in a tiny batch would cost the throughput everyone else needs.
-    min_batch_fill: float = 1.0
+    min_batch_fill: float = 0.6
     # Requests whose deadline cannot be met even alone and at once: "serve_late" (served
     # after feasible work, counted) or "reject" (UNAVAILABLE at the next scheduling step).
     infeasible_policy: str = "reject"
@@ -211,6 +218,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
 }
 ENTRY_MODES = ("all", "weighted")
 INFEASIBLE_POLICIES = ("serve_late", "reject")
+SAFE_ZONE_BATCHING = ("auto", "fifo", "length_aware")
 
 
 def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
@@ -343,7 +351,8 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
         raise _bad(source, "scheduler.min_window_ms", sched.min_window_ms,
                    f"must not exceed scheduler.max_window_ms ({sched.max_window_ms})")
     control = _section(ControlConfig, raw.get("control"), source, "control")
-    for key, options in (("entry_mode", ENTRY_MODES), ("infeasible_policy", INFEASIBLE_POLICIES)):
+    for key, options in (("entry_mode", ENTRY_MODES), ("infeasible_policy", INFEASIBLE_POLICIES),
+                         ("safe_zone_batching", SAFE_ZONE_BATCHING)):
         if getattr(control, key) not in options:
             raise _bad(source, f"control.{key}", getattr(control, key), f"must be one of {options}")
     for indicator in ("utilization", "queue_depth", "p99_cv"):

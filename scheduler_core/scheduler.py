@@ -344,6 +344,9 @@ class Scheduler:
         self.sla_ratios = LatencyWindow(window_s)  # latency / SLA of finished requests
         self._queue = _EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
+        batching = self.control.safe_zone_batching
+        self._length_aware_safe_zone = batching == "length_aware" or (
+            batching == "auto" and estimator.cost_mode == "padded")
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
@@ -599,7 +602,11 @@ class Scheduler:
         return [], 0.0, "wait", min(window_close_s, latest_start_s)
 
     def _default_batch(self, now_s: float, flush: bool, compensation: bool):
-        """Default dynamic batching: FIFO prefix, elastic window, SLA guard."""
+        """Default dynamic batching: FIFO prefix, elastic window, SLA guard - or, where the
+        profile's ``safe_zone_batching`` asks for it (a padded device, by default), the
+        length-aware batch former of explicit control."""
+        if self._length_aware_safe_zone:
+            return self._explicit_batch(now_s, flush, compensation, emergency=False)
         cfg = self.cfg
         cap = self._compensation_size if compensation else cfg.max_batch_size
         entries = take_fifo(self._queue, cap, cfg.max_batch_tokens)

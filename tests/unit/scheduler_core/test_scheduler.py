@@ -14,7 +14,7 @@ from scheduler_core.scheduler import QueueFull, Scheduler, take_fifo
 
 # These tests pin down default dynamic batching (FIFO, elastic window, SLA guard): the
 # explicit-control layer is off; tests/unit/scheduler_core/test_explicit_control.py covers it.
-DEFAULT_BATCHING_ONLY = ControlConfig(enabled=False)
+DEFAULT_BATCHING_ONLY = ControlConfig(enabled=False, safe_zone_batching="fifo")
 
 # A flat 1 ms per batch, whatever its shape.
 FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,

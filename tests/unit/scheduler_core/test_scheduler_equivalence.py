@@ -50,8 +50,9 @@ CONTROLS = {
 
 
 # Behaviour added after the reference was frozen, pinned to what the reference does: the
-# worth-its-wait rule off (always wait for the window).
-PINNED = {"scheduler": {"wait_ms_per_saved_device_ms": 1e6}}
+# worth-its-wait rule off (always wait for the window), FIFO batching in the safe zone.
+PINNED = {"scheduler": {"wait_ms_per_saved_device_ms": 1e6},
+          "control": {"safe_zone_batching": "fifo"}}
 
 
 def _profile(name: str, cost_mode: str):
