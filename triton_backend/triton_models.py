@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import threading
 import time
@@ -46,6 +47,14 @@ ZONE_NAMES = ("safe", "no-mans-land", "danger")
 SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
 CANCEL_SWEEP_PERIOD_S = 1.0
 CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
+# Before a batch runs, only members that waited at least this long are asked whether their
+# client cancelled: each question is a round trip to the server (~0.1 ms, measured with
+# cProfile at 300 req/s), and a client rarely gives up within a few ms of sending.
+CANCEL_CHECK_MIN_WAIT_S = 0.02
+# Operators' hot-path profiling: with this environment variable naming a folder, an explicit
+# model profiles its execute() calls and its scheduler thread (cProfile) and writes
+# <folder>/<model>.<execute|loop>.pstats when it unloads. Off unless set: it slows the stub.
+CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 
 
 def _parameters(model_config: dict) -> dict[str, str]:
@@ -240,6 +249,11 @@ class ExplicitModel:
         self._loop_fault_token = _int_parameter(self.params, "loop_fault_token", 0,
                                                 self.model_name)
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
+        self._profile_dir = os.environ.get(CPROFILE_ENV) or None
+        self._profilers = {}
+        if self._profile_dir:
+            import cProfile  # noqa: PLC0415 - only when asked for
+            self._profilers = {"execute": cProfile.Profile(), "loop": cProfile.Profile()}
         self._start_sidecar()
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
                                         daemon=True)
@@ -283,6 +297,16 @@ class ExplicitModel:
 
     # -- arrivals (Triton's thread) ---------------------------------------------------
     def execute(self, requests):
+        profiler = self._profilers.get("execute")
+        if profiler is None:
+            return self._execute(requests)
+        profiler.enable()
+        try:
+            return self._execute(requests)
+        finally:
+            profiler.disable()
+
+    def _execute(self, requests):
         now = time.monotonic()
         for request in requests:
             sender = request.get_response_sender()
@@ -315,8 +339,9 @@ class ExplicitModel:
     def _decode(request):
         ids = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS")
         sla = pb_utils.get_input_tensor_by_name(request, "SLA_MS")
+        text = request.parameters()
         try:
-            parameters = json.loads(request.parameters() or "{}")
+            parameters = json.loads(text) if text and text != "{}" else {}
         except ValueError:
             parameters = {}
         return decode_request(None if ids is None else ids.as_numpy(),
@@ -343,11 +368,13 @@ class ExplicitModel:
         except Exception:  # asking costs a message to the server; a failure means "no"
             return False
 
-    def _drop_cancelled(self, batch: Sequence[QueuedRequest]) -> list[QueuedRequest]:
-        """Answer requests the client cancelled (gRPC cancel) instead of computing them."""
+    def _drop_cancelled(self, batch: Sequence[QueuedRequest], now: float
+                        ) -> list[QueuedRequest]:
+        """Answer requests the client cancelled (gRPC cancel) instead of computing them
+        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more)."""
         kept = []
         for r in batch:
-            if self._is_cancelled(r):
+            if now - r.arrival_s >= CANCEL_CHECK_MIN_WAIT_S and self._is_cancelled(r):
                 self.metrics.on_event("cancelled_requests_total")
                 self._answer(r, _error("request cancelled by the client",
                                        pb_utils.TritonError.CANCELLED))
@@ -366,11 +393,21 @@ class ExplicitModel:
         if cancelled:
             with self._cond:
                 removed = self.scheduler.remove(cancelled)
-            self._drop_cancelled(removed)
+            self._drop_cancelled(removed, math.inf)
 
     # -- the scheduler thread ---------------------------------------------------------
     def _run_loop(self) -> None:
         """Supervised loop: an exception in one step is logged and counted, never fatal."""
+        profiler = self._profilers.get("loop")
+        if profiler is not None:
+            profiler.enable()  # this thread only
+        try:
+            self._supervise()
+        finally:
+            if profiler is not None:
+                profiler.disable()
+
+    def _supervise(self) -> None:
         while True:
             try:
                 if not self._step():
@@ -407,7 +444,7 @@ class ExplicitModel:
                     stats = self.scheduler.stats(now)
                 self.metrics.flush(stats, sidecar_health)
             if decision.batch:
-                batch = self._drop_cancelled(decision.batch)
+                batch = self._drop_cancelled(decision.batch, now)
                 with self._cond:
                     started = time.monotonic()
                     self.scheduler.batch_started(batch, started)
@@ -499,6 +536,9 @@ class ExplicitModel:
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
         self.metrics.close()
+        for name, profiler in self._profilers.items():
+            os.makedirs(self._profile_dir, exist_ok=True)
+            profiler.dump_stats(os.path.join(self._profile_dir, f"{self.model_name}.{name}.pstats"))
         with self._cond:
             leftovers = self.scheduler.drain()
         for r in leftovers:

@@ -131,3 +131,4 @@ def test_targets_compute_ratios_against_the_best_native():
     fluct = rows["utilisation fluctuation at 70 % vs best native"]
     assert fluct["value"] == pytest.approx(0.0)
     assert R.plain({"x": math.nan, "s": B.NativeSetting(5)})["x"] is None
+
