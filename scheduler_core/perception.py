@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
+
 
 def coefficient_of_variation(values) -> float:
     """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""
@@ -93,31 +95,51 @@ class ArrivalRate:
 
 class LatencyWindow:
     """Recent request latencies (ms) within a time window; gives P99 and the coefficient
-    of variation (std / mean), the design's measure of delay variation."""
+    of variation (std / mean), the design's measure of delay variation.
+
+    Times and values sit in two bounded deques, so the statistics read the values straight
+    into numpy (one pass, no per-sample tuples): the perception and decision layers ask
+    for them every period, with up to ``max_samples`` values in the window."""
 
     def __init__(self, window_s: float, max_samples: int = 4096):
         self.window_s = window_s
-        self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self._times: deque[float] = deque(maxlen=max_samples)
+        self._values: deque[float] = deque(maxlen=max_samples)
 
     def add(self, now_s: float, latency_ms: float) -> None:
-        self._samples.append((now_s, latency_ms))
+        self._times.append(now_s)
+        self._values.append(latency_ms)
 
-    def _values(self, now_s: float) -> list[float]:
+    def _array(self, now_s: float) -> np.ndarray:
         horizon = now_s - self.window_s
-        while self._samples and self._samples[0][0] <= horizon:
-            self._samples.popleft()
-        return [v for _, v in self._samples]
+        times, values = self._times, self._values
+        while times and times[0] <= horizon:
+            times.popleft()
+            values.popleft()
+        return np.fromiter(values, dtype=float, count=len(values))
 
     def count(self, now_s: float) -> int:
-        return len(self._values(now_s))
+        horizon = now_s - self.window_s
+        times, values = self._times, self._values
+        while times and times[0] <= horizon:
+            times.popleft()
+            values.popleft()
+        return len(values)
 
     def coefficient_of_variation(self, now_s: float) -> float:
-        return coefficient_of_variation(self._values(now_s))
+        """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""
+        values = self._array(now_s)
+        if values.size < 2:
+            return 0.0
+        mean = float(values.mean())
+        if mean <= 0:
+            return 0.0
+        return math.sqrt(float(values.var(ddof=1))) / mean
 
     def percentile(self, now_s: float, q: float) -> float:
-        values = sorted(self._values(now_s))
-        if not values:
+        values = self._array(now_s)
+        if not values.size:
             return 0.0
         # Nearest rank; the small tolerance keeps 0.07 * 100 (= 7.000000000000001) at rank 7.
-        rank = min(len(values) - 1, max(0, math.ceil(q * len(values) / 100.0 - 1e-9) - 1))
-        return values[rank]
+        rank = min(values.size - 1, max(0, math.ceil(q * values.size / 100.0 - 1e-9) - 1))
+        return float(np.partition(values, rank)[rank])

@@ -101,7 +101,7 @@ CPU_TARGET_US = 150.0
 # minilm block
 MINI_SLA_SCALE = 5.0  # SLA classes 250/500/1000 ms: one CPU core runs a 1x256 batch in ~80 ms
 MINI_LENGTHS = W.LogNormalLengths(median=48.0, sigma=0.8, lo=16, hi=256)
-MINI_RATES = (6, 10, 14, 18, 22, 26, 30, 36, 42)
+MINI_RATES = (4, 6, 8, 10, 12, 14, 17, 20, 24)
 
 
 def log(msg: str) -> None:
@@ -467,7 +467,7 @@ def run_ts1_block(bench: Bench, quick: bool) -> dict:
 def run_minilm_block(bench: Bench, quick: bool) -> dict:
     slas = tuple(c * MINI_SLA_SCALE for c in SLA_CLASSES_MS)
     timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
-    warm, dur = (0.5, 2.0) if quick else (2.0, 6.0)
+    warm, dur = (0.5, 2.0) if quick else (2.0, 10.0)
     rates = MINI_RATES[:2] if quick else MINI_RATES
     out = {"sla_classes_ms": slas, "rungs": [], "warmup_s": warm, "measure_s": dur}
     alive = {"explicit": True, "native": True}
