@@ -14,10 +14,12 @@ Two model classes, selected by each model folder's one-line ``model.py``:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import os
+import queue
 import threading
 import time
 import traceback
@@ -255,6 +257,10 @@ class ExplicitModel:
             import cProfile  # noqa: PLC0415 - only when asked for
             self._profilers = {"execute": cProfile.Profile(), "loop": cProfile.Profile()}
         self._start_sidecar()
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._responder = threading.Thread(target=self._respond_loop, name="explicit-responder",
+                                           daemon=True)
+        self._responder.start()
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
                                         daemon=True)
         self._thread.start()
@@ -356,10 +362,30 @@ class ExplicitModel:
             pb_utils.Logger.log_warn(f"could not send a response: {exc}")
 
     def _answer(self, req: QueuedRequest, response) -> None:
-        """The one final response of a queued request (a second one is never sent)."""
+        """The one final response of a queued request (a second one is never sent).
+        ``response`` is a response or a function that builds one; the responder thread
+        builds and sends it, so the scheduler thread goes on to the next batch at once."""
         if not req.handle.answered:
             req.handle.answered = True
-            self._send(req.handle.sender, response)
+            self._outbox.put((req.handle.sender, response))
+
+    def _respond_loop(self) -> None:
+        """The responder thread: builds and sends queued responses until the sentinel.
+
+        Sending is a round trip to the server (~0.4 ms each, measured with cProfile at 300
+        req/s); done on the scheduler thread, the device stood idle meanwhile."""
+        while True:
+            item = self._outbox.get()
+            if item is None:
+                return
+            sender, response = item
+            try:
+                if callable(response):
+                    response = response()
+            except Exception as exc:  # never leave a request without its answer
+                response = _error(f"could not build the response: {exc}",
+                                  pb_utils.TritonError.INTERNAL)
+            self._send(sender, response)
 
     @staticmethod
     def _is_cancelled(req: QueuedRequest) -> bool:
@@ -493,10 +519,10 @@ class ExplicitModel:
         self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste)
         if succeeded:
             for r, embedding in zip(batch, embeddings):
-                self._answer(r, _embedding_response(embedding))
-            sent = time.monotonic()
+                self._answer(r, functools.partial(_embedding_response, embedding))
+            done = time.monotonic()  # handed to the responder (sent within ~1 ms)
             for r in batch:
-                self.metrics.on_response(r.sla_ms, (sent - r.arrival_s) * 1000.0)
+                self.metrics.on_response(r.sla_ms, (done - r.arrival_s) * 1000.0)
         else:
             self.metrics.on_event("batch_failures_total")
         with self._cond:
@@ -544,3 +570,5 @@ class ExplicitModel:
         for r in leftovers:
             self._answer(r, _error("model unloaded before the request ran",
                                    pb_utils.TritonError.UNAVAILABLE))
+        self._outbox.put(None)  # the responder sends everything queued before it, then ends
+        self._responder.join(timeout=SHUTDOWN_DRAIN_S)
