@@ -450,10 +450,11 @@ def write(results: dict, out_dir: str) -> None:
                      f"{_f(v, '{:.2f}') if isinstance(v, float) else _f(v)} | {r['goal']} | "
                      f"{r['verdict']} |")
     lines += ["", "Capacity (100 % load) is `scheduler_core.simulator.capacity_rps`: "
-              f"200,000 lengths of the mix, sorted and cut into full batches (max_batch_size "
-              "and max_batch_tokens of the profile), requests / total device time: the "
-              "device's throughput with no padding waste. The time scale slows the emulated "
-              "device so capacity sits near 200 req/s, which this machine can drive; SLA "
+              f"{results['capacity_sample']:,} lengths of the mix, sorted and cut into full "
+              "batches (max_batch_size and max_batch_tokens of the profile), requests / total "
+              "device time: the device's throughput with no padding waste. The time scale "
+              f"slows the emulated device so capacity sits near "
+              f"{results['target_capacity_rps']:g} req/s, which this machine can drive; SLA "
               "classes are scaled alike, so ratios and attainment carry over to device speed, "
               "absolute milliseconds do not.", "",
               "![goodput and attainment vs load](goodput.png)", "", "## Tables", ""]

@@ -239,6 +239,19 @@ def parse_metrics(text: str, models: Sequence[str]) -> dict[str, ModelSample]:
     return out
 
 
+def read_models(metrics_url: str, http_base: str, models: Sequence[str]
+                ) -> dict[str, ModelSample]:
+    """One reading of each model: Triton's metrics page, plus the compute time of its
+    batches from the statistics extension (``batch_stats``, counted once per execution).
+    Raises whatever the fetch or the parse raised."""
+    out = parse_metrics(_get_text(metrics_url), models)
+    for m in models:
+        stats = _get_json(f"{http_base}/v2/models/{m}/stats", timeout_s=2.0)
+        batches = stats["model_stats"][0].get("batch_stats") or []
+        out[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"]) for b in batches))
+    return out
+
+
 class Scraper(threading.Thread):
     """Every ``period_s``: Triton's metrics text and each model's statistics, stamped
     with the wall clock (``time.time_ns``, the clock of perf_analyzer's export)."""
@@ -256,12 +269,7 @@ class Scraper(threading.Thread):
     def scrape_once(self) -> None:
         t_ns = time.time_ns()
         try:
-            models = parse_metrics(_get_text(self.metrics_url), self.models)
-            for m in self.models:
-                stats = _get_json(f"{self.http_base}/v2/models/{m}/stats", timeout_s=2.0)
-                batches = stats["model_stats"][0].get("batch_stats") or []
-                models[m].batch_compute_ns = float(sum(
-                    int(b["compute_infer"]["ns"]) for b in batches))
+            models = read_models(self.metrics_url, self.http_base, self.models)
         except Exception as exc:  # noqa: BLE001 - a missed sample is reported, not fatal
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

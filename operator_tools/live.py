@@ -16,6 +16,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
@@ -120,6 +121,30 @@ def parse_plugin_metrics(text: str, model: str, taken_s: float = 0.0,
 def scrape(metrics_url: str, timeout_s: float = 2.0) -> str:
     """The metrics page as text."""
     return fetch_url(metrics_url, timeout_s)
+
+
+def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
+    """{(metric name, model label): value} of the gauges that say how much a model holds:
+    the explicit models' queue depth and Triton's pending-request count."""
+    wanted = ("explicit_batching_queue_depth", "nv_inference_pending_request_count")
+    out: dict[tuple[str, str], float] = {}
+    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as resp:
+        text = resp.read().decode("utf-8", "replace")
+    for line in text.splitlines():
+        if not line.startswith(wanted):
+            continue
+        name, _, rest = line.partition("{")
+        labels, _, value = rest.rpartition("}")
+        model = ""
+        for part in labels.split(","):
+            key, _, val = part.partition("=")
+            if key.strip() == "model":
+                model = val.strip().strip('"')
+        try:
+            out[(name, model)] = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 def snapshot(metrics_url: str, model: str, fetch: Callable[[str], str] = scrape,

@@ -110,21 +110,20 @@ class LatencyWindow:
         self._times.append(now_s)
         self._values.append(latency_ms)
 
-    def _array(self, now_s: float) -> np.ndarray:
+    def _prune(self, now_s: float) -> None:
         horizon = now_s - self.window_s
         times, values = self._times, self._values
         while times and times[0] <= horizon:
             times.popleft()
             values.popleft()
-        return np.fromiter(values, dtype=float, count=len(values))
+
+    def _array(self, now_s: float) -> np.ndarray:
+        self._prune(now_s)
+        return np.fromiter(self._values, dtype=float, count=len(self._values))
 
     def count(self, now_s: float) -> int:
-        horizon = now_s - self.window_s
-        times, values = self._times, self._values
-        while times and times[0] <= horizon:
-            times.popleft()
-            values.popleft()
-        return len(values)
+        self._prune(now_s)
+        return len(self._values)
 
     def coefficient_of_variation(self, now_s: float) -> float:
         """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""

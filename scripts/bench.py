@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import pickle
 import platform
@@ -49,7 +48,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,8 +55,8 @@ sys.path.insert(0, REPO_ROOT)
 
 from operator_tools import benchmark as B  # noqa: E402
 from operator_tools.compare_cmd import (Sample, _inside, busy_series, padding_waste,  # noqa: E402
-                                        parse_metrics)
-from operator_tools.live import ModelControl, with_parameters  # noqa: E402
+                                        read_models)
+from operator_tools.live import ModelControl, queue_gauges, with_parameters  # noqa: E402
 from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
@@ -165,15 +163,8 @@ class Monitor(threading.Thread):
             return
         t_ns = time.monotonic_ns()
         try:
-            with urllib.request.urlopen(self.server.metrics_url, timeout=2) as resp:
-                parsed = parse_metrics(resp.read().decode(errors="replace"), models)
-            for m in models:
-                with urllib.request.urlopen(f"http://{self.server.http_url}/v2/models/{m}/stats",
-                                            timeout=2) as resp:
-                    stats = json.loads(resp.read())
-                batches = stats["model_stats"][0].get("batch_stats") or []
-                parsed[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"])
-                                                       for b in batches))
+            parsed = read_models(self.server.metrics_url, f"http://{self.server.http_url}",
+                                 models)
         except Exception:  # noqa: BLE001 - a missed sample only thins the series
             return
         with self._lock:
@@ -197,8 +188,8 @@ class Monitor(threading.Thread):
 
 
 class Bench:
-    def __init__(self, server: TritonServer, quick: bool):
-        self.server, self.quick = server, quick
+    def __init__(self, server: TritonServer):
+        self.server = server
         self.monitor = Monitor(server)
         self.monitor.start()
         self.controls: dict[str, ModelControl] = {}
@@ -243,20 +234,10 @@ class Bench:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(self.server.metrics_url, timeout=2) as resp:
-                    text = resp.read().decode(errors="replace")
+                gauges = queue_gauges(self.server.metrics_url, timeout_s=2.0)
             except OSError:
                 return
-            busy = False
-            for line in text.splitlines():
-                if (line.startswith(("nv_inference_pending_request_count",
-                                     "explicit_batching_queue_depth"))
-                        and f'model="{model}"' in line):
-                    try:
-                        busy = busy or float(line.rsplit(None, 1)[-1]) > 0
-                    except ValueError:
-                        pass
-            if not busy:
+            if not any(value > 0 for (_, m), value in gauges.items() if m == model):
                 return
             time.sleep(0.2)
 
@@ -532,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
                      "python scripts/bench.py " + " ".join(map(shlex.quote, argv)),
                      "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                                 f"{platform.python_version()}",
-                     "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+                     "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "capacity_sample": CAPACITY_SAMPLE, "target_capacity_rps": TARGET_CAPACITY_RPS}
     log_path = os.path.join(args.out_dir, "tritonserver.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -543,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     if {"ts1", "emulated", "minilm"} & set(args.blocks):
         with server:
             log(f"server ready (gRPC {server.grpc_url})")
-            bench = Bench(server, args.quick)
+            bench = Bench(server)
             try:
                 if "ts1" in args.blocks:
                     results["ts1"] = run_ts1_block(bench, args.quick)

@@ -47,7 +47,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +57,7 @@ from operator_tools.loadgen import (LoadGenerator, LoadResult, OK, concat_phases
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
+from operator_tools.live import queue_gauges  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
@@ -95,29 +95,6 @@ def prepare_repository(dest_dir: str) -> str:
     return repo
 
 
-def scrape(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
-    """{(metric name, model label): value} for the gauges the suite watches."""
-    wanted = ("explicit_batching_queue_depth", "nv_inference_pending_request_count")
-    out: dict[tuple[str, str], float] = {}
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as resp:
-        text = resp.read().decode("utf-8", "replace")
-    for line in text.splitlines():
-        if not line.startswith(wanted):
-            continue
-        name, _, rest = line.partition("{")
-        labels, _, value = rest.rpartition("}")
-        model = ""
-        for part in labels.split(","):
-            key, _, val = part.partition("=")
-            if key.strip() == "model":
-                model = val.strip().strip('"')
-        try:
-            out[(name, model)] = float(value.split()[0])
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
 @dataclass
 class Sample:
     t_s: float  # from the load generator's start (negative before it)
@@ -149,7 +126,7 @@ class Monitor:
     def sample(self) -> Sample:
         depth = pending = None
         try:
-            values = scrape(self.server.metrics_url)
+            values = queue_gauges(self.server.metrics_url)
             depth = values.get(("explicit_batching_queue_depth", self.model))
             pending = values.get(("nv_inference_pending_request_count", self.model))
         except OSError:
