@@ -23,8 +23,10 @@ from typing import Any, Mapping, Sequence
 
 import click
 
+from scheduler_core.stats import percentile
+
 from . import live
-from .live import Series, counter_delta, percentile
+from .live import Series, counter_delta
 
 TRACE_KIND = "explicit_batching_lag_trace"
 

@@ -21,7 +21,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .loadgen import OK, percentile
+from scheduler_core.stats import percentile
+
+from .loadgen import OK
 
 KNEE_ATTAINMENT = 0.99
 

@@ -79,7 +79,8 @@ import click
 
 from scheduler_core import workload as W
 from scheduler_core.profile import ProfileError, load_profile, profile_path
-from scheduler_core.simulator import capacity_rps, device_ms, percentile
+from scheduler_core.simulator import capacity_rps, device_ms
+from scheduler_core.stats import percentile
 
 from . import perf_analyzer as pa
 from . import report

@@ -23,14 +23,14 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler_core.simulator import percentile as sorted_percentile
+from scheduler_core.policy import ZONE_NAMES
+from scheduler_core.stats import percentile
 from sidecar.sampler import fetch_url
 from sidecar.triton_metrics import MetricsParseError
 from triton_backend.metric_catalog import PREFIX
 
 from .perf_analyzer import PerfResult, run_request_rate
 
-ZONE_NAMES = ("safe", "no-mans-land", "danger")
 # perf_analyzer stops a run whose latency is "not stabilizing" (exit 2, no result), which
 # is exactly the overload a calibration sweep must reach: accept any windows as stable.
 ANY_WINDOW_IS_STABLE = ("--stability-percentage", "1000")
@@ -405,11 +405,6 @@ class LoadRun:
             elif i == n and r.sent_s - start <= span + 1e-9:
                 buckets[-1].append(r.latency_ms)
         return [percentile(b, 99) for b in buckets if len(b) >= min_requests]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (the scheduler's and the simulator's definition)."""
-    return sorted_percentile(sorted(values), q)
 
 
 def read_measured_requests(path: str) -> tuple[list[RequestRecord], list[float]]:

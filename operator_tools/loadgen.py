@@ -38,6 +38,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from scheduler_core.stats import percentile
+
 OK = "ok"
 LOST = "LOST"
 CLIENT_TIMEOUT = "DEADLINE_EXCEEDED"  # with client_timeout_s: the client's own deadline
@@ -85,15 +87,6 @@ def concat_phases(phases: Sequence[Sequence[Any]], durations_s: Sequence[float]
                    for a in arrivals)
         offset += duration
     return out
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (nan when empty)."""
-    if len(values) == 0:
-        return math.nan
-    ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered) / 100.0 - 1e-9) - 1))
-    return float(ordered[rank])
 
 
 @dataclass

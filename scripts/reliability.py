@@ -52,11 +52,11 @@ from dataclasses import dataclass, field
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from operator_tools.loadgen import (LoadGenerator, LoadResult, OK, concat_phases,  # noqa: E402
-                                    percentile)
+from operator_tools.loadgen import LoadGenerator, LoadResult, OK, concat_phases  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
+from scheduler_core.stats import percentile  # noqa: E402
 from operator_tools.live import queue_gauges  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402

@@ -25,7 +25,8 @@ sys.path.insert(0, REPO_ROOT)
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.baselines import TritonDynamicBatcher  # noqa: E402
 from scheduler_core.profile import load_profile  # noqa: E402
-from scheduler_core.simulator import device_ms, percentile, simulate  # noqa: E402
+from scheduler_core.simulator import device_ms, simulate  # noqa: E402
+from scheduler_core.stats import percentile  # noqa: E402
 from operator_tools.perf_analyzer import WRAPPER  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
@@ -90,7 +91,7 @@ def compare(records: list[dict], arrivals, time_scale: float) -> dict:
     return {"requests": len(records),
             "real_p50": percentile(real, 50), "real_p99": percentile(real, 99),
             "sim_p50": percentile(sim, 50), "sim_p99": percentile(sim, 99),
-            "lag_mean": sum(lag_ms) / len(lag_ms), "lag_p99": percentile(sorted(lag_ms), 99)}
+            "lag_mean": sum(lag_ms) / len(lag_ms), "lag_p99": percentile(lag_ms, 99)}
 
 
 def main() -> int:

@@ -13,7 +13,8 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from operator_tools.loadgen import (LOST, OK, Arrival, LoadGenerator, LoadResult, RequestRecord,
-                                    check_local_url, concat_phases, fixed_rate, percentile)
+                                    check_local_url, concat_phases, fixed_rate)
+from scheduler_core.stats import percentile
 
 
 class FakeService(service_pb2_grpc.GRPCInferenceServiceServicer):
