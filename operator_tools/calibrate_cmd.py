@@ -36,6 +36,7 @@ from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError,
 
 from . import live
 from .live import LoadRefused, LoadRun, PluginSnapshot, Series
+from .measure import default_metrics_url
 from .perf_analyzer import failure_reason, load_sweep
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -587,7 +588,7 @@ def command(ctx: click.Context, **opts) -> None:
         return
     if not opts["url"]:
         raise click.UsageError("--url is required (the server to calibrate against)")
-    metrics_url = opts["metrics_url"] or live.default_metrics_url(opts["url"])
+    metrics_url = opts["metrics_url"] or default_metrics_url(opts["url"])
     settings = _sweep_settings(opts)
     if opts["step"]:
         _step(ctx, deps, opts, metrics_url, settings)

@@ -66,14 +66,12 @@ import json
 import math
 import os
 import shutil
-import statistics
 import tempfile
 import threading
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import click
 
@@ -84,6 +82,8 @@ from scheduler_core.stats import percentile
 
 from . import perf_analyzer as pa
 from . import report
+from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, Sample, busy_series, counter_busy,
+                      default_metrics_url, get_json, inside, padding_waste, read_models)
 from .simulate_cmd import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                            load_workload_spec, parse_float_list)
 
@@ -93,33 +93,12 @@ DEFAULT_SPEC = WorkloadSpec(name="compare default", arrival="poisson",
                             arrival_params={"rate_rps": 60.0}, lengths="lognormal",
                             length_params={"median": 64.0, "sigma": 0.8, "lo": 16, "hi": 512},
                             duration_s=10.0, seed=20240601, source="compare defaults")
-EXPLICIT_GAUGE = "explicit_batching_utilization_ratio"
-PADDING_HISTOGRAM = "explicit_batching_padding_waste_ratio"
 
 
 # -- the server ---------------------------------------------------------------------------------
 
-def _get_json(url: str, timeout_s: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        return json.loads(resp.read().decode())
-
-
-def _get_text(url: str, timeout_s: float = 2.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        return resp.read().decode(errors="replace")
-
-
 def _http_base(url: str) -> str:
     return url if url.startswith(("http://", "https://")) else f"http://{url}"
-
-
-def default_metrics_url(url: str) -> str:
-    """Triton's default layout: metrics on the HTTP port + 2 (``make serve``, the launcher)."""
-    hostport = url.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not port.isdigit():
-        raise click.BadParameter(f"expected host:port (got {url!r})", param_hint="--url")
-    return f"http://{host}:{int(port) + 2}/metrics"
 
 
 @dataclass(frozen=True)
@@ -163,7 +142,7 @@ def _local_profile(params: dict[str, str]):
 
 def model_info(http_base: str, model: str) -> ModelInfo:
     try:
-        config = _get_json(f"{http_base}/v2/models/{model}/config")
+        config = get_json(f"{http_base}/v2/models/{model}/config")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the config of model {model!r} at "
                                    f"{http_base}: {exc}") from None
@@ -193,65 +172,6 @@ def model_info(http_base: str, model: str) -> ModelInfo:
 
 
 # -- the metrics scraper ------------------------------------------------------------------------
-
-@dataclass
-class ModelSample:
-    compute_us: float | None = None  # nv_inference_compute_infer_duration_us
-    inferences: float | None = None  # nv_inference_count
-    executions: float | None = None  # nv_inference_exec_count
-    gauge: float | None = None  # explicit_batching_utilization_ratio
-    padding_sum: float | None = None  # explicit_batching_padding_waste_ratio (histogram)
-    padding_count: float | None = None
-    batch_compute_ns: float | None = None  # sum of batch_stats[*].compute_infer.ns
-
-
-@dataclass
-class Sample:
-    t_ns: int
-    models: dict[str, ModelSample]
-
-
-def parse_metrics(text: str, models: Sequence[str]) -> dict[str, ModelSample]:
-    """The per-model values compare needs from Triton's metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = {m: ModelSample() for m in models}
-
-    def add(sample: ModelSample, attr: str, value: float) -> None:
-        setattr(sample, attr, (getattr(sample, attr) or 0.0) + value)
-
-    counters = {"nv_inference_compute_infer_duration_us": "compute_us",
-                "nv_inference_count": "inferences", "nv_inference_exec_count": "executions"}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            model = s.labels.get("model")
-            if model not in out:
-                continue
-            # prometheus_client names a counter's samples <family>_total.
-            base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
-            if base in counters:
-                add(out[model], counters[base], s.value)
-            elif s.name == EXPLICIT_GAUGE:
-                out[model].gauge = s.value
-            elif s.name == PADDING_HISTOGRAM + "_sum":
-                add(out[model], "padding_sum", s.value)
-            elif s.name == PADDING_HISTOGRAM + "_count":
-                add(out[model], "padding_count", s.value)
-    return out
-
-
-def read_models(metrics_url: str, http_base: str, models: Sequence[str]
-                ) -> dict[str, ModelSample]:
-    """One reading of each model: Triton's metrics page, plus the compute time of its
-    batches from the statistics extension (``batch_stats``, counted once per execution).
-    Raises whatever the fetch or the parse raised."""
-    out = parse_metrics(_get_text(metrics_url), models)
-    for m in models:
-        stats = _get_json(f"{http_base}/v2/models/{m}/stats", timeout_s=2.0)
-        batches = stats["model_stats"][0].get("batch_stats") or []
-        out[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"]) for b in batches))
-    return out
-
 
 class Scraper(threading.Thread):
     """Every ``period_s``: Triton's metrics text and each model's statistics, stamped
@@ -350,63 +270,6 @@ def match_requests(segment: Segment, scheduled_ms: Sequence[float],
                                             r.response_ns, seq_len, sla))
 
 
-def busy_series(samples: Sequence[Sample], model: str, from_gauge: bool
-                ) -> list[tuple[int, int, float]]:
-    """(interval start ns, end ns, busy fraction) per scrape interval: the gauge's value
-    at the interval's end (explicit), or the growth of Triton's per-batch compute time
-    over the interval (native)."""
-    out = []
-    for prev, cur in zip(samples, samples[1:]):
-        dt_ns = cur.t_ns - prev.t_ns
-        if dt_ns <= 0:
-            continue
-        a, b = prev.models[model], cur.models[model]
-        if from_gauge:
-            value = b.gauge
-        elif a.batch_compute_ns is not None and b.batch_compute_ns is not None:
-            value = (b.batch_compute_ns - a.batch_compute_ns) / dt_ns
-        else:
-            value = None
-        if value is not None:
-            out.append((prev.t_ns, cur.t_ns, min(max(value, 0.0), 1.0)))
-    return out
-
-
-def counter_busy(samples: Sequence[Sample], model: str, spans: Sequence[tuple[int, int]]
-                 ) -> float | None:
-    """Mean of d(nv_inference_compute_infer_duration_us)/dt over the model's spans (what
-    the raw counter would claim as busy fraction)."""
-    values = []
-    for prev, cur in zip(samples, samples[1:]):
-        if not any(s <= prev.t_ns and cur.t_ns <= e for s, e in spans):
-            continue
-        a, b = prev.models[model].compute_us, cur.models[model].compute_us
-        if a is not None and b is not None and cur.t_ns > prev.t_ns:
-            values.append((b - a) * 1000.0 / (cur.t_ns - prev.t_ns))
-    return statistics.fmean(values) if values else None
-
-
-def _inside(series, spans):
-    return [v for s0, s1, v in series if any(s <= s0 and s1 <= e for s, e in spans)]
-
-
-def padding_waste(samples: Sequence[Sample], model: str, spans) -> float | None:
-    """Mean per-batch padding share of the explicit model's batches in its spans (its
-    histogram's sum / count growth); None where the model exports no such histogram."""
-    total_sum = total_count = 0.0
-    for s, e in spans:
-        before = [x for x in samples if x.t_ns <= s]
-        after = [x for x in samples if x.t_ns >= e]
-        if not before or not after:
-            continue
-        a, b = before[-1].models[model], after[0].models[model]
-        if None in (a.padding_sum, b.padding_sum, a.padding_count, b.padding_count):
-            return None
-        total_sum += b.padding_sum - a.padding_sum
-        total_count += b.padding_count - a.padding_count
-    return total_sum / total_count if total_count > 0 else None
-
-
 # -- inputs -------------------------------------------------------------------------------------
 
 def load_trace_inputs(intervals_path: str, input_data_path: str, time_scale: float,
@@ -454,7 +317,7 @@ def summarise_model(role: str, model: str, segments: Sequence[Segment], samples,
     spans = [(s.start_ns, s.end_ns) for s in mine]
     requests = [r for s in mine for r in s.requests]
     series = busy_series(samples, model, from_gauge)
-    busy = _inside(series, spans)
+    busy = inside(series, spans)
     lags = []
     for s in mine:
         lags += [(r.sent_ns - s.start_ns) / 1e6 - r.scheduled_ms for r in s.requests]
@@ -560,7 +423,11 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
                                "options (--workload, --arrival, --rate, --duration-s, "
                                "--lengths, --sla-classes, --seed)")
     http = _http_base(url)
-    metrics_url = metrics_url or default_metrics_url(url)
+    if not metrics_url:
+        try:
+            metrics_url = default_metrics_url(url)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--url") from None
     explicit_model = explicit_model or f"{model_base}_explicit"
     native_model = native_model or f"{model_base}_native"
     info = {m: model_info(http, m) for m in (explicit_model, native_model)}

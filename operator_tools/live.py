@@ -16,19 +16,15 @@ import os
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
-from urllib.parse import urlsplit
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_core.policy import ZONE_NAMES
 from scheduler_core.stats import percentile
-from sidecar.sampler import fetch_url
-from sidecar.triton_metrics import MetricsParseError
+from sidecar.triton_metrics import MetricsParseError, read_samples
 from triton_backend.metric_catalog import PREFIX
 
+from .measure import scrape
 from .perf_analyzer import PerfResult, run_request_rate
 
 # perf_analyzer stops a run whose latency is "not stabilizing" (exit 2, no result), which
@@ -37,15 +33,6 @@ ANY_WINDOW_IS_STABLE = ("--stability-percentage", "1000")
 
 
 # -- the metrics port ------------------------------------------------------------------
-
-def default_metrics_url(url: str) -> str:
-    """``http://HOST:PORT+2/metrics`` for the HTTP endpoint ``HOST:PORT`` (the layout of
-    ``make serve`` and the launcher: HTTP, gRPC, metrics on consecutive ports)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.port is None:
-        raise ValueError(f"cannot derive a metrics URL from {url!r}: give --metrics-url")
-    return f"http://{parts.hostname}:{parts.port + 2}/metrics"
-
 
 @dataclass(frozen=True)
 class PluginSnapshot:
@@ -89,62 +76,29 @@ def parse_plugin_metrics(text: str, model: str, taken_s: float = 0.0,
     batch_sum = batch_count = 0.0
     profiles: list[str] = []
     seen = False
-    try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if not s.name.startswith(PREFIX) or s.labels.get("model") != model:
-                    continue
-                seen = True
-                name, value = s.name[len(PREFIX):], float(s.value)
-                if name == "sla_requests_total":
-                    key = (s.labels.get("sla_class", ""), s.labels.get("outcome", ""))
-                    sla[key] = sla.get(key, 0.0) + value
-                elif name == "batch_size_sum":
-                    batch_sum = value
-                elif name == "batch_size_count":
-                    batch_count = value
-                elif name == "profile_info":
-                    if value == 1.0 and s.labels.get("profile"):
-                        profiles.append(s.labels["profile"])
-                elif not name.endswith(("_total", "_bucket", "_sum", "_count", "_created")):
-                    gauges[name] = value
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise MetricsParseError(f"not a Prometheus metrics page: {exc}") from None
+    for s in read_samples(text):
+        if not s.name.startswith(PREFIX) or s.labels.get("model") != model:
+            continue
+        seen = True
+        name, value = s.name[len(PREFIX):], float(s.value)
+        if name == "sla_requests_total":
+            key = (s.labels.get("sla_class", ""), s.labels.get("outcome", ""))
+            sla[key] = sla.get(key, 0.0) + value
+        elif name == "batch_size_sum":
+            batch_sum = value
+        elif name == "batch_size_count":
+            batch_count = value
+        elif name == "profile_info":
+            if value == 1.0 and s.labels.get("profile"):
+                profiles.append(s.labels["profile"])
+        elif not name.endswith(("_total", "_bucket", "_sum", "_count", "_created")):
+            gauges[name] = value
     if not seen:
         raise MetricsParseError(
             f"no {PREFIX}* metrics for model '{model}' on the page: is it an explicit-control "
             "model, and loaded?")
     return PluginSnapshot(taken_s, wall_s, gauges, sla, batch_sum, batch_count,
                           tuple(sorted(set(profiles))))
-
-
-def scrape(metrics_url: str, timeout_s: float = 2.0) -> str:
-    """The metrics page as text."""
-    return fetch_url(metrics_url, timeout_s)
-
-
-def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
-    """{(metric name, model label): value} of the gauges that say how much a model holds:
-    the explicit models' queue depth and Triton's pending-request count."""
-    wanted = ("explicit_batching_queue_depth", "nv_inference_pending_request_count")
-    out: dict[tuple[str, str], float] = {}
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as resp:
-        text = resp.read().decode("utf-8", "replace")
-    for line in text.splitlines():
-        if not line.startswith(wanted):
-            continue
-        name, _, rest = line.partition("{")
-        labels, _, value = rest.rpartition("}")
-        model = ""
-        for part in labels.split(","):
-            key, _, val = part.partition("=")
-            if key.strip() == "model":
-                model = val.strip().strip('"')
-        try:
-            out[(name, model)] = float(value.split()[0])
-        except (ValueError, IndexError):
-            continue
-    return out
 
 
 def snapshot(metrics_url: str, model: str, fetch: Callable[[str], str] = scrape,

@@ -54,9 +54,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from operator_tools import benchmark as B  # noqa: E402
-from operator_tools.compare_cmd import (Sample, _inside, busy_series, padding_waste,  # noqa: E402
-                                        read_models)
-from operator_tools.live import ModelControl, queue_gauges, with_parameters  # noqa: E402
+from operator_tools.live import ModelControl, with_parameters  # noqa: E402
+from operator_tools.measure import (Sample, busy_series, inside, padding_waste,  # noqa: E402
+                                    queue_gauges, read_models)
 from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
@@ -64,6 +64,7 @@ from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path, with_emulation  # noqa: E402
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
+from sidecar.triton_metrics import MetricsParseError  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
@@ -235,7 +236,7 @@ class Bench:
         while time.monotonic() < deadline:
             try:
                 gauges = queue_gauges(self.server.metrics_url, timeout_s=2.0)
-            except OSError:
+            except (OSError, MetricsParseError):
                 return
             if not any(value > 0 for (_, m), value in gauges.items() if m == model):
                 return
@@ -272,7 +273,7 @@ class Bench:
             t0_ns = int((box[0] + warmup_s) * 1e9) if box else 0
             spans = [(t0_ns, t0_ns + int(duration_s * 1e9) + 1)]
             gauge = role == "explicit"
-            series = _inside(busy_series(samples, model, gauge), spans)
+            series = inside(busy_series(samples, model, gauge), spans)
             waste = padding_waste(samples, model, spans) if gauge else None
         stats = B.measured_stats(role, result.window(warmup_s, warmup_s + duration_s),
                                  series, waste, per_req[0], per_req[1])

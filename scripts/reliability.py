@@ -57,8 +57,9 @@ from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
-from operator_tools.live import queue_gauges  # noqa: E402
+from operator_tools.measure import queue_gauges  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
+from sidecar.triton_metrics import MetricsParseError  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
 TIME_SCALE = 10.0
@@ -129,7 +130,7 @@ class Monitor:
             values = queue_gauges(self.server.metrics_url)
             depth = values.get(("explicit_batching_queue_depth", self.model))
             pending = values.get(("nv_inference_pending_request_count", self.model))
-        except OSError:
+        except (OSError, MetricsParseError):
             self.scrape_errors += 1
         times = os.times()
         s = Sample(time.monotonic() - self._t0, depth, pending,

@@ -20,14 +20,12 @@ import math
 import os
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .nvml import NvmlReader, NvmlSample, NvmlUnavailable
-from .triton_metrics import MetricsParseError, ModelRates, TritonMetrics, parse_metrics, rates
+from .triton_metrics import ModelRates, TritonMetrics, fetch_url, parse_metrics, rates
 
-MAX_PAGE_BYTES = 4 * 1024 * 1024
 HEALTH_OK, HEALTH_DEGRADED, HEALTH_DOWN = "ok", "degraded", "down"
 HEALTH_VALUE = {HEALTH_OK: 1.0, HEALTH_DEGRADED: 0.5, HEALTH_DOWN: 0.0}
 DOWN_AFTER_FAILURES = 3
@@ -56,15 +54,6 @@ class PerceptionSample:
         nvml = NvmlSample(**raw["nvml"]) if raw.get("nvml") else None
         models = {k: ModelRates(**v) for k, v in raw.get("models", {}).items()}
         return cls(**{**raw, "nvml": nvml, "models": models})
-
-
-def fetch_url(url: str, timeout_s: float) -> str:
-    """GET the metrics page (at most MAX_PAGE_BYTES)."""
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        body = resp.read(MAX_PAGE_BYTES + 1)
-    if len(body) > MAX_PAGE_BYTES:
-        raise MetricsParseError(f"metrics page larger than {MAX_PAGE_BYTES} bytes")
-    return body.decode("utf-8", errors="replace")
 
 
 class Sidecar:

@@ -1,13 +1,19 @@
 """Triton's Prometheus metrics page -> typed per-model counters, and counters -> rates.
 
+Also the project's one reader of a metrics page (``fetch_url`` and ``read_samples``): the
+sidecar, the operator tools, the scripts and the tests all read the page through it.
 Parsed with ``prometheus_client``'s text parser (no hand-written regexes).
 """
 
 from __future__ import annotations
 
+import urllib.request
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 # Triton per-model counters (cumulative) and the one per-model gauge.
 _COUNTERS = {
@@ -26,6 +32,25 @@ _GPU = {"nv_gpu_utilization": "gpu_utilization", "nv_gpu_memory_used_bytes": "gp
 
 class MetricsParseError(ValueError):
     """The page is not a Prometheus text exposition Triton would serve."""
+
+
+def fetch_url(url: str, timeout_s: float) -> str:
+    """GET the metrics page (at most MAX_PAGE_BYTES)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        body = resp.read(MAX_PAGE_BYTES + 1)
+    if len(body) > MAX_PAGE_BYTES:
+        raise MetricsParseError(f"metrics page larger than {MAX_PAGE_BYTES} bytes")
+    return body.decode("utf-8", errors="replace")
+
+
+def read_samples(text: str) -> list[Sample]:
+    """Every sample on a Prometheus text page (``name``, ``labels``, ``value``; a counter's
+    samples are named ``<family>_total``). Raises ``MetricsParseError`` on anything that is
+    not such a page."""
+    try:
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsParseError(f"not a Prometheus metrics page: {exc}") from None
 
 
 @dataclass
@@ -53,24 +78,20 @@ def parse_metrics(text: str) -> TritonMetrics:
     """Parse a metrics page; raises ``MetricsParseError`` on anything that is not one."""
     out = TritonMetrics()
     seen_triton = False
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = sample.name
-                if name.endswith("_total") and name[:-6] in _COUNTERS:
-                    name = name[:-6]  # the parser may append _total to counter samples
-                if name in _COUNTERS or name in _GAUGES:
-                    seen_triton = True
-                    model = sample.labels.get("model", "")
-                    counters = out.models.setdefault(model, ModelCounters())
-                    attr = _COUNTERS.get(name) or _GAUGES[name]
-                    setattr(counters, attr, getattr(counters, attr) + float(sample.value))
-                elif name in _GPU:
-                    out.gpu[_GPU[name]] = out.gpu.get(_GPU[name], 0.0) + float(sample.value)
-                elif name == "nv_cpu_utilization":
-                    out.cpu_utilization = float(sample.value)
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise MetricsParseError(f"not a Prometheus metrics page: {exc}") from None
+    for sample in read_samples(text):
+        name = sample.name
+        if name.endswith("_total") and name[:-6] in _COUNTERS:
+            name = name[:-6]  # the parser may append _total to counter samples
+        if name in _COUNTERS or name in _GAUGES:
+            seen_triton = True
+            model = sample.labels.get("model", "")
+            counters = out.models.setdefault(model, ModelCounters())
+            attr = _COUNTERS.get(name) or _GAUGES[name]
+            setattr(counters, attr, getattr(counters, attr) + float(sample.value))
+        elif name in _GPU:
+            out.gpu[_GPU[name]] = out.gpu.get(_GPU[name], 0.0) + float(sample.value)
+        elif name == "nv_cpu_utilization":
+            out.cpu_utilization = float(sample.value)
     if not seen_triton:
         raise MetricsParseError("no Triton per-model metrics (nv_inference_*) on the page")
     return out

@@ -4,15 +4,14 @@ while the explicit model is under load."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from sidecar.triton_metrics import fetch_url, read_samples
 from triton_backend.metric_catalog import COUNTERS, GAUGES, PREFIX, all_metric_names
 
 pytestmark = pytest.mark.integration
@@ -21,14 +20,8 @@ MODEL = "emulated_explicit"
 
 def scrape(server) -> dict[tuple[str, tuple], float]:
     """{(sample name, sorted labels): value} for this plugin's samples."""
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.startswith(PREFIX):
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for s in read_samples(fetch_url(server.metrics_url, 5)) if s.name.startswith(PREFIX)}
 
 
 def value(samples, name, **labels) -> float:

@@ -1,0 +1,173 @@
+"""What the operator tools measure on a live server, in one place: the metrics port read
+through the project's one page reader (``sidecar.triton_metrics``), the per-model readings
+compare and the benchmark take every second, and what they make of them (busy fractions,
+padding waste).
+
+Nothing here decides anything: the commands and scripts turn these readings into
+verdicts and reports.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+from sidecar.triton_metrics import fetch_url, read_samples
+
+EXPLICIT_GAUGE = "explicit_batching_utilization_ratio"
+PADDING_HISTOGRAM = "explicit_batching_padding_waste_ratio"
+QUEUE_GAUGES = ("explicit_batching_queue_depth", "nv_inference_pending_request_count")
+
+
+# -- the metrics port ------------------------------------------------------------------
+
+def default_metrics_url(url: str) -> str:
+    """``http://HOST:PORT+2/metrics`` for the HTTP endpoint ``HOST:PORT`` (the layout of
+    ``make serve`` and the launcher: HTTP, gRPC, metrics on consecutive ports)."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.port is None:
+        raise ValueError(f"cannot derive a metrics URL from {url!r} (expected host:port): "
+                         "give --metrics-url")
+    return f"http://{parts.hostname}:{parts.port + 2}/metrics"
+
+
+def scrape(metrics_url: str, timeout_s: float = 2.0) -> str:
+    """The metrics page as text."""
+    return fetch_url(metrics_url, timeout_s)
+
+
+def get_json(url: str, timeout_s: float = 5.0) -> Any:
+    """GET one of Triton's JSON endpoints (model config, statistics)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return json.loads(resp.read().decode())
+
+
+def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
+    """{(metric name, model label): value} of the gauges that say how much a model holds:
+    the explicit models' queue depth and Triton's pending-request count. Raises OSError
+    when the page cannot be fetched, ``MetricsParseError`` when it is not a metrics page."""
+    return {(s.name, s.labels.get("model", "")): float(s.value)
+            for s in read_samples(scrape(metrics_url, timeout_s)) if s.name in QUEUE_GAUGES}
+
+
+# -- per-model readings (compare, the benchmark) ------------------------------------------
+
+@dataclass
+class ModelSample:
+    compute_us: float | None = None  # nv_inference_compute_infer_duration_us
+    inferences: float | None = None  # nv_inference_count
+    executions: float | None = None  # nv_inference_exec_count
+    gauge: float | None = None  # explicit_batching_utilization_ratio
+    padding_sum: float | None = None  # explicit_batching_padding_waste_ratio (histogram)
+    padding_count: float | None = None
+    batch_compute_ns: float | None = None  # sum of batch_stats[*].compute_infer.ns
+
+
+@dataclass
+class Sample:
+    t_ns: int
+    models: dict[str, ModelSample]
+
+
+_MODEL_COUNTERS = {"nv_inference_compute_infer_duration_us": "compute_us",
+                   "nv_inference_count": "inferences", "nv_inference_exec_count": "executions"}
+
+
+def parse_model_samples(text: str, models: Sequence[str]) -> dict[str, ModelSample]:
+    """The per-model values compare and the benchmark need from Triton's metrics text."""
+    out = {m: ModelSample() for m in models}
+
+    def add(sample: ModelSample, attr: str, value: float) -> None:
+        setattr(sample, attr, (getattr(sample, attr) or 0.0) + value)
+
+    for s in read_samples(text):
+        model = s.labels.get("model")
+        if model not in out:
+            continue
+        # prometheus_client names a counter's samples <family>_total.
+        base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
+        if base in _MODEL_COUNTERS:
+            add(out[model], _MODEL_COUNTERS[base], s.value)
+        elif s.name == EXPLICIT_GAUGE:
+            out[model].gauge = s.value
+        elif s.name == PADDING_HISTOGRAM + "_sum":
+            add(out[model], "padding_sum", s.value)
+        elif s.name == PADDING_HISTOGRAM + "_count":
+            add(out[model], "padding_count", s.value)
+    return out
+
+
+def read_models(metrics_url: str, http_base: str, models: Sequence[str]
+                ) -> dict[str, ModelSample]:
+    """One reading of each model: Triton's metrics page, plus the compute time of its
+    batches from the statistics extension (``batch_stats``, counted once per execution).
+    Raises whatever the fetch or the parse raised."""
+    out = parse_model_samples(scrape(metrics_url), models)
+    for m in models:
+        stats = get_json(f"{http_base}/v2/models/{m}/stats", timeout_s=2.0)
+        batches = stats["model_stats"][0].get("batch_stats") or []
+        out[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"]) for b in batches))
+    return out
+
+
+def busy_series(samples: Sequence[Sample], model: str, from_gauge: bool
+                ) -> list[tuple[int, int, float]]:
+    """(interval start ns, end ns, busy fraction) per scrape interval: the gauge's value
+    at the interval's end (explicit), or the growth of Triton's per-batch compute time
+    over the interval (native)."""
+    out = []
+    for prev, cur in zip(samples, samples[1:]):
+        dt_ns = cur.t_ns - prev.t_ns
+        if dt_ns <= 0:
+            continue
+        a, b = prev.models[model], cur.models[model]
+        if from_gauge:
+            value = b.gauge
+        elif a.batch_compute_ns is not None and b.batch_compute_ns is not None:
+            value = (b.batch_compute_ns - a.batch_compute_ns) / dt_ns
+        else:
+            value = None
+        if value is not None:
+            out.append((prev.t_ns, cur.t_ns, min(max(value, 0.0), 1.0)))
+    return out
+
+
+def inside(series: Sequence[tuple[int, int, float]], spans: Sequence[tuple[int, int]]
+           ) -> list[float]:
+    """The values of a ``busy_series`` whose interval lies wholly inside one of ``spans``."""
+    return [v for s0, s1, v in series if any(s <= s0 and s1 <= e for s, e in spans)]
+
+
+def counter_busy(samples: Sequence[Sample], model: str, spans: Sequence[tuple[int, int]]
+                 ) -> float | None:
+    """Mean of d(nv_inference_compute_infer_duration_us)/dt over the model's spans (what
+    the raw counter would claim as busy fraction)."""
+    values = []
+    for prev, cur in zip(samples, samples[1:]):
+        if not any(s <= prev.t_ns and cur.t_ns <= e for s, e in spans):
+            continue
+        a, b = prev.models[model].compute_us, cur.models[model].compute_us
+        if a is not None and b is not None and cur.t_ns > prev.t_ns:
+            values.append((b - a) * 1000.0 / (cur.t_ns - prev.t_ns))
+    return statistics.fmean(values) if values else None
+
+
+def padding_waste(samples: Sequence[Sample], model: str, spans) -> float | None:
+    """Mean per-batch padding share of the explicit model's batches in its spans (its
+    histogram's sum / count growth); None where the model exports no such histogram."""
+    total_sum = total_count = 0.0
+    for s, e in spans:
+        before = [x for x in samples if x.t_ns <= s]
+        after = [x for x in samples if x.t_ns >= e]
+        if not before or not after:
+            continue
+        a, b = before[-1].models[model], after[0].models[model]
+        if None in (a.padding_sum, b.padding_sum, a.padding_count, b.padding_count):
+            return None
+        total_sum += b.padding_sum - a.padding_sum
+        total_count += b.padding_count - a.padding_count
+    return total_sum / total_count if total_count > 0 else None
