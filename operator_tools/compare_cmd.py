@@ -67,7 +67,6 @@ import math
 import os
 import shutil
 import tempfile
-import threading
 import time
 import urllib.error
 from dataclasses import dataclass, field
@@ -82,8 +81,8 @@ from scheduler_core.stats import percentile
 
 from . import perf_analyzer as pa
 from . import report
-from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, Sample, busy_series, counter_busy,
-                      default_metrics_url, get_json, inside, padding_waste, read_models)
+from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, busy_series, counter_busy,
+                      default_metrics_url, get_json, inside, model_sampler, padding_waste)
 from .simulate_cmd import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                            load_workload_spec, parse_float_list)
 
@@ -172,42 +171,6 @@ def model_info(http_base: str, model: str) -> ModelInfo:
 
 
 # -- the metrics scraper ------------------------------------------------------------------------
-
-class Scraper(threading.Thread):
-    """Every ``period_s``: Triton's metrics text and each model's statistics, stamped
-    with the wall clock (``time.time_ns``, the clock of perf_analyzer's export)."""
-
-    def __init__(self, metrics_url: str, http_base: str, models: Sequence[str],
-                 period_s: float = 1.0):
-        super().__init__(name="compare-scraper", daemon=True)
-        self.metrics_url, self.http_base = metrics_url, http_base
-        self.models, self.period_s = list(models), period_s
-        self.samples: list[Sample] = []
-        self.failures = 0
-        self.last_error = ""
-        self._stop_event = threading.Event()
-
-    def scrape_once(self) -> None:
-        t_ns = time.time_ns()
-        try:
-            models = read_models(self.metrics_url, self.http_base, self.models)
-        except Exception as exc:  # noqa: BLE001 - a missed sample is reported, not fatal
-            self.failures += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            return
-        self.samples.append(Sample(t_ns, models))
-
-    def run(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop_event.is_set():
-            self.scrape_once()
-            next_t += self.period_s
-            self._stop_event.wait(max(0.0, next_t - time.monotonic()))
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=10)
-
 
 # -- segments -----------------------------------------------------------------------------------
 
@@ -475,7 +438,8 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
         intervals, data_sla, data_plain, table = write_inputs(workdir, offsets_ms, entries)
         n = len(offsets_ms)
         trace_s = offsets_ms[-1] / 1000.0
-        scraper = Scraper(metrics_url, http, [explicit_model, native_model], scrape_period_s)
+        scraper = model_sampler(metrics_url, http, [explicit_model, native_model],
+                                scrape_period_s, name="compare-scraper")
         scraper.scrape_once()
         if not scraper.samples:
             raise click.ClickException(f"cannot scrape {metrics_url}: {scraper.last_error}")

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ from scheduler_core.stats import percentile
 from sidecar.triton_metrics import MetricsParseError, read_samples
 from triton_backend.metric_catalog import PREFIX
 
-from .measure import scrape
+from .measure import PeriodicSampler, scrape
 from .perf_analyzer import PerfResult, run_request_rate
 
 # perf_analyzer stops a run whose latency is "not stabilizing" (exit 2, no result), which
@@ -154,30 +153,18 @@ class SamplingDeps:
     sample: Callable[..., Series] = sample_series
 
 
-class BackgroundSampler:
-    """Scrapes every ``interval_s`` in a thread while something else (a perf_analyzer run)
+class BackgroundSampler(PeriodicSampler):
+    """Snapshots every ``interval_s`` in a thread while something else (a perf_analyzer run)
     blocks the caller: ``with BackgroundSampler(...) as sampler: run(); sampler.series``."""
 
     def __init__(self, metrics_url: str, model: str, interval_s: float = 0.2,
                  fetch: Callable[[str], str] = scrape):
-        self.metrics_url, self.model, self.interval_s, self.fetch = metrics_url, model, interval_s, fetch
-        self.series = Series()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
+        super().__init__(lambda: snapshot(metrics_url, model, fetch), interval_s,
+                         errors=(OSError, MetricsParseError))
 
-    def _run(self) -> None:
-        while True:
-            _take(self.series, self.metrics_url, self.model, self.fetch, time.monotonic)
-            if self._stop.wait(self.interval_s):
-                return
-
-    def __enter__(self) -> "BackgroundSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
+    @property
+    def series(self) -> Series:
+        return Series(self.samples, self.failures, self.last_error)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from sidecar.triton_metrics import fetch_url, read_samples
@@ -52,6 +54,63 @@ def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, st
     when the page cannot be fetched, ``MetricsParseError`` when it is not a metrics page."""
     return {(s.name, s.labels.get("model", "")): float(s.value)
             for s in read_samples(scrape(metrics_url, timeout_s)) if s.name in QUEUE_GAUGES}
+
+
+# -- the one background sampler ---------------------------------------------------------
+
+class PeriodicSampler:
+    """Calls ``read()`` every ``period_s`` seconds in a daemon thread while the caller does
+    something else (a load run) and keeps what it returns in ``samples`` (a None is not
+    kept). A read that raises one of ``errors`` is counted in ``failures``, not fatal: a
+    model's metrics vanish for a moment while it reloads.
+
+    ``with PeriodicSampler(read, 1.0) as sampler: run(); sampler.samples``, or
+    ``start()`` and ``stop()``; ``sample_once()`` reads once in the caller's thread."""
+
+    def __init__(self, read: Callable[[], Any], period_s: float, name: str = "metrics-sampler",
+                 errors: tuple[type[BaseException], ...] = (Exception,)):
+        if period_s <= 0:
+            raise ValueError(f"period_s must be positive (got {period_s!r})")
+        self.read, self.period_s, self.errors = read, period_s, errors
+        self.samples: list[Any] = []
+        self.failures = 0
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def sample_once(self) -> Any:
+        """One reading, kept and returned; None when it failed."""
+        try:
+            value = self.read()
+        except self.errors as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        if value is not None:
+            self.samples.append(value)
+        return value
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            next_t += self.period_s
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def start(self) -> "PeriodicSampler":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+
+    def __enter__(self) -> "PeriodicSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 # -- per-model readings (compare, the benchmark) ------------------------------------------
@@ -112,6 +171,21 @@ def read_models(metrics_url: str, http_base: str, models: Sequence[str]
         batches = stats["model_stats"][0].get("batch_stats") or []
         out[m].batch_compute_ns = float(sum(int(b["compute_infer"]["ns"]) for b in batches))
     return out
+
+
+def model_sampler(metrics_url: str, http_base: str, models: Sequence[str], period_s: float,
+                  clock_ns: Callable[[], int] = time.time_ns, name: str = "model-sampler"
+                  ) -> PeriodicSampler:
+    """A sampler of ``read_models`` every ``period_s``, each reading a ``Sample`` stamped
+    with ``clock_ns`` (compare: the wall clock of perf_analyzer's export; the benchmark:
+    the load generator's monotonic clock)."""
+    models = list(models)
+
+    def read() -> Sample:
+        t_ns = clock_ns()
+        return Sample(t_ns, read_models(metrics_url, http_base, models))
+
+    return PeriodicSampler(read, period_s, name=name)
 
 
 def busy_series(samples: Sequence[Sample], model: str, from_gauge: bool

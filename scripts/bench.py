@@ -46,7 +46,6 @@ import platform
 import shlex
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -55,8 +54,8 @@ sys.path.insert(0, REPO_ROOT)
 
 from operator_tools import benchmark as B  # noqa: E402
 from operator_tools.live import ModelControl, with_parameters  # noqa: E402
-from operator_tools.measure import (Sample, busy_series, inside, padding_waste,  # noqa: E402
-                                    queue_gauges, read_models)
+from operator_tools.measure import (PeriodicSampler, Sample, busy_series,  # noqa: E402
+                                    inside, model_sampler, padding_waste, queue_gauges)
 from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
@@ -140,59 +139,37 @@ def arrivals_for(kind: str, rate: float, duration_s: float, seed: int, slas, len
 
 # -- the server side ----------------------------------------------------------------------
 
-class Monitor(threading.Thread):
+class Monitor:
     """Every second: Triton's metrics and each watched model's batch statistics, stamped
-    with time.monotonic_ns (the load generator's clock)."""
+    with time.monotonic_ns (the load generator's clock). Each ``watch`` starts a fresh
+    sampler, so no sample of one set of models lands among another's; a missed sample
+    only thins the series."""
 
     def __init__(self, server: TritonServer, period_s: float = 1.0):
-        super().__init__(name="bench-monitor", daemon=True)
         self.server, self.period_s = server, period_s
-        self.models: list[str] = []
-        self.samples: list[Sample] = []
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
+        self._sampler: PeriodicSampler | None = None
 
     def watch(self, models: list[str]) -> None:
-        with self._lock:
-            self.models = list(models)
-            self.samples = []
-
-    def _once(self) -> None:
-        with self._lock:
-            models = list(self.models)
-        if not models:
-            return
-        t_ns = time.monotonic_ns()
-        try:
-            parsed = read_models(self.server.metrics_url, f"http://{self.server.http_url}",
-                                 models)
-        except Exception:  # noqa: BLE001 - a missed sample only thins the series
-            return
-        with self._lock:
-            if models == self.models:
-                self.samples.append(Sample(t_ns, parsed))
-
-    def run(self) -> None:
-        next_t = time.monotonic()
-        while not self._halt.is_set():
-            self._once()
-            next_t += self.period_s
-            self._halt.wait(max(0.0, next_t - time.monotonic()))
+        self.stop()
+        if models:
+            self._sampler = model_sampler(self.server.metrics_url,
+                                          f"http://{self.server.http_url}", models,
+                                          self.period_s, clock_ns=time.monotonic_ns,
+                                          name="bench-monitor").start()
 
     def snapshot(self) -> list[Sample]:
-        with self._lock:
-            return list(self.samples)
+        return list(self._sampler.samples) if self._sampler else []
 
     def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=5)
+        if self._sampler is not None:
+            self._sampler.stop(timeout_s=5)
+            self._sampler = None
 
 
 class Bench:
     def __init__(self, server: TritonServer):
         self.server = server
         self.monitor = Monitor(server)
-        self.monitor.start()
         self.controls: dict[str, ModelControl] = {}
         self.base_configs: dict[str, dict] = {}
         self.lost = 0

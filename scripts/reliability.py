@@ -45,7 +45,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -57,7 +56,7 @@ from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
-from operator_tools.measure import queue_gauges  # noqa: E402
+from operator_tools.measure import PeriodicSampler, queue_gauges  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
 from sidecar.triton_metrics import MetricsParseError  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
@@ -114,17 +113,22 @@ class Monitor:
 
     def __init__(self, server: TritonServer, stub_pid: int | None, model: str):
         self.server, self.stub_pid, self.model = server, stub_pid, model
-        self.samples: list[Sample] = []
         self.scrape_errors = 0
         self._t0 = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="reliability-monitor",
-                                        daemon=True)
+        self._sampler = PeriodicSampler(self._read, MONITOR_PERIOD_S,
+                                        name="reliability-monitor")
+
+    @property
+    def samples(self) -> list[Sample]:
+        return self._sampler.samples
 
     def set_t0(self, t0: float) -> None:
         self._t0 = t0
 
     def sample(self) -> Sample:
+        return self._sampler.sample_once()
+
+    def _read(self) -> Sample:
         depth = pending = None
         try:
             values = queue_gauges(self.server.metrics_url)
@@ -133,27 +137,18 @@ class Monitor:
         except (OSError, MetricsParseError):
             self.scrape_errors += 1
         times = os.times()
-        s = Sample(time.monotonic() - self._t0, depth, pending,
-                   rss_mb(self.server.process.pid), rss_mb(self.stub_pid),
-                   threads(self.stub_pid), cpu_s(self.server.process.pid),
-                   cpu_s(self.stub_pid), times.user + times.system)
-        self.samples.append(s)
-        return s
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.sample()
-            self._stop.wait(max(0.0, MONITOR_PERIOD_S - (time.monotonic() - started)))
+        return Sample(time.monotonic() - self._t0, depth, pending,
+                      rss_mb(self.server.process.pid), rss_mb(self.stub_pid),
+                      threads(self.stub_pid), cpu_s(self.server.process.pid),
+                      cpu_s(self.stub_pid), times.user + times.system)
 
     def __enter__(self) -> "Monitor":
         self.sample()
-        self._thread.start()
+        self._sampler.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._sampler.stop(timeout_s=60.0)
         self.sample()
 
     def cpu_note(self) -> str:

@@ -91,3 +91,21 @@ nv_inference_pending_request_count{model="m_native",version="1"} 5
 def test_inside_keeps_intervals_wholly_within_a_span():
     series = [(0, 10, 0.1), (10, 20, 0.2), (15, 25, 0.3)]
     assert M.inside(series, [(0, 20)]) == [0.1, 0.2]
+
+
+def test_periodic_sampler_keeps_readings_and_counts_failures():
+    readings = iter([1, None, OSError("connection refused"), 2])
+
+    def read():
+        value = next(readings)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    sampler = M.PeriodicSampler(read, 1.0)
+    for _ in range(4):
+        sampler.sample_once()
+    assert sampler.samples == [1, 2]
+    assert sampler.failures == 1 and "connection refused" in sampler.last_error
+    with pytest.raises(ValueError, match="period_s"):
+        M.PeriodicSampler(read, 0.0)
