@@ -378,13 +378,8 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
             note) -> None:
     """Explicit vs native on a live server: the same trace, alternating segments."""
     ctx = click.get_current_context()
-    if (request_intervals is None) != (input_data is None):
-        raise click.UsageError("--request-intervals and --input-data go together")
-    if request_intervals and (workload_path or arrival or rate or duration_s or lengths
-                              or sla_classes or seed is not None):
-        raise click.UsageError("--request-intervals replays a fixed trace: drop the workload "
-                               "options (--workload, --arrival, --rate, --duration-s, "
-                               "--lengths, --sla-classes, --seed)")
+    check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
+                        duration_s, lengths, sla_classes, seed)
     http = _http_base(url)
     if not metrics_url:
         try:
@@ -393,42 +388,15 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
             raise click.BadParameter(str(exc), param_hint="--url") from None
     explicit_model = explicit_model or f"{model_base}_explicit"
     native_model = native_model or f"{model_base}_native"
-    info = {m: model_info(http, m) for m in (explicit_model, native_model)}
-    xi, ni = info[explicit_model], info[native_model]
-    if not xi.declares_sla:
-        raise click.ClickException(f"{explicit_model} declares no SLA_MS input: not an "
-                                   f"explicit-control model")
+    xi, ni, warnings = read_model_pair(http, explicit_model, native_model)
     scale = xi.time_scale
-    warnings = []
-    if ni.time_scale != xi.time_scale:
-        warnings.append(f"the two models run at different time scales ({xi.time_scale:g} vs "
-                        f"{ni.time_scale:g}): SLAs are scaled by the explicit model's")
 
     # The workload, written once; every segment replays the same files.
     profile = _local_profile({"hardware_profile": xi.hardware_profile or ""})
     default_sla = profile.scheduler.default_sla_ms if profile else 200.0
-    try:
-        if request_intervals:
-            offsets_ms, entries = load_trace_inputs(request_intervals, input_data, scale,
-                                                    default_sla)
-            workload_text = (f"perf_analyzer trace `{request_intervals}` "
-                             f"({len(offsets_ms):,} requests over {offsets_ms[-1] / 1000:.1f} s)"
-                             f" with the sequences and SLAs of `{input_data}` (send k uses "
-                             f"entry k, cycling), SLA_MS x time scale {scale:g}")
-        else:
-            spec = load_workload_spec(workload_path) if workload_path else DEFAULT_SPEC
-            spec = apply_overrides(
-                spec, arrival=arrival, rate=rate, lengths=lengths,
-                sla_classes=parse_float_list(sla_classes, "--sla-classes") if sla_classes
-                else None, duration_s=duration_s, seed=seed)
-            arrivals = spec.arrivals(scale)
-            if not arrivals:
-                raise click.ClickException("the workload holds no requests")
-            offsets_ms = [a.time_s * 1000.0 for a in arrivals]
-            entries = W.input_data(arrivals, spec.seed, include_sla=True)["data"]
-            workload_text = spec.describe(scale) + f", {len(arrivals):,} requests per segment"
-    except (SpecError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+    offsets_ms, entries, workload_text = build_workload(
+        request_intervals, input_data, workload_path, scale, default_sla, arrival=arrival,
+        rate=rate, lengths=lengths, sla_classes=sla_classes, duration_s=duration_s, seed=seed)
 
     os.makedirs(out_dir, exist_ok=True)
     keep_dir = os.path.join(out_dir, f"{name}_data")
@@ -438,36 +406,9 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
         intervals, data_sla, data_plain, table = write_inputs(workdir, offsets_ms, entries)
         n = len(offsets_ms)
         trace_s = offsets_ms[-1] / 1000.0
-        scraper = model_sampler(metrics_url, http, [explicit_model, native_model],
-                                scrape_period_s, name="compare-scraper")
-        scraper.scrape_once()
-        if not scraper.samples:
-            raise click.ClickException(f"cannot scrape {metrics_url}: {scraper.last_error}")
-        scraper.samples.clear()
-        scraper.start()
-        runs: list[Segment] = []
-        try:
-            for k in range(segments):
-                role = "explicit" if k % 2 == 0 else "native"
-                model = explicit_model if role == "explicit" else native_model
-                click.echo(f"segment {k + 1}/{segments}: {model}, {n:,} requests over "
-                           f"{trace_s:.1f} s ...", err=True)
-                seg = Segment(k, model, role, n)
-                seg.run = pa.replay_trace(
-                    url.split("://", 1)[-1], model, intervals,
-                    data_sla if role == "explicit" else data_plain, n,
-                    os.path.join(workdir, f"segment{k}_{model}.export.json"),
-                    timeout_s=trace_s * 4 + 120)
-                if seg.ok:
-                    match_requests(seg, offsets_ms, table)
-                else:
-                    click.echo(f"  {seg.run.error}", err=True)
-                runs.append(seg)
-                if k + 1 < segments:
-                    time.sleep(gap_s)
-            time.sleep(scrape_period_s * 1.5)  # one sample past the last response
-        finally:
-            scraper.stop()
+        runs, scraper = run_segments(url, metrics_url, http, (explicit_model, native_model),
+                                     segments, workdir, intervals, (data_sla, data_plain),
+                                     offsets_ms, table, gap_s, scrape_period_s)
         samples = scraper.samples
 
         summaries, series, latencies = {}, {}, {}
@@ -478,135 +419,28 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
         ok_runs = [s for s in runs if s.ok]
         t0 = min((s.start_ns for s in ok_runs), default=samples[0].t_ns if samples else 0)
 
-        # The plot: latency CDFs, per-second responses and busy fraction.
-        per_second: dict[str, list[tuple[float, float]]] = {}
-        for role, model in (("explicit", explicit_model), ("native", native_model)):
-            points: list[tuple[float, float]] = []
-            for s in ok_runs:
-                if s.model != model:
-                    continue
-                # Responses per second of the segment's own clock; the last, partial
-                # second is divided by its actual length.
-                span_s = (s.end_ns - s.start_ns) / 1e9
-                bins = [0] * max(1, math.ceil(span_s))
-                for r in s.requests:
-                    if r.response_ns is not None:
-                        k = min(int((r.response_ns - s.start_ns) // 1_000_000_000),
-                                len(bins) - 1)
-                        bins[k] += 1
-                widths = [min(1.0, span_s - k) if span_s > k else 1.0
-                          for k in range(len(bins))]
-                if len(bins) > 1 and widths[-1] < 0.5:  # fold a sliver into its neighbour
-                    bins[-2] += bins.pop()
-                    widths[-2] += widths.pop()
-                offset = (s.start_ns - t0) / 1e9
-                for k, (count, width) in enumerate(zip(bins, widths)):
-                    points.append((offset + k + width / 2, count / max(width, 1e-3)))
-                points.append((math.nan, math.nan))  # no line across other segments
-            per_second[role] = points
-        busy_pts = {role: [((s1 - t0) / 1e9, v) for s0, s1, v in series[role]
-                           if s1 >= t0] for role in series}
         png = os.path.join(out_dir, f"{name}.png")
-        sla_lines = sorted({e["SLA_MS"]["content"][0] for e in entries})
-        report.comparison_plot(
-            png, latencies, per_second, busy_pts, sla_lines,
-            title=f"{explicit_model} vs {native_model} - {'EMULATED ' if xi.emulated else ''}"
-                  f"{xi.hardware_profile or ''} device, time scale {scale:g}",
-            segments=[((s.start_ns - t0) / 1e9, (s.end_ns - t0) / 1e9, s.role)
-                      for s in ok_runs])
+        write_plot(png, ok_runs, (explicit_model, native_model), latencies, series, t0,
+                   sorted({e["SLA_MS"]["content"][0] for e in entries}),
+                   title=f"{explicit_model} vs {native_model} - "
+                         f"{'EMULATED ' if xi.emulated else ''}"
+                         f"{xi.hardware_profile or ''} device, time scale {scale:g}")
         if keep_data:
             write_requests_csv(os.path.join(workdir, "requests.csv"), runs, t0)
 
-        # The report.
-        rows = [summaries["explicit"], summaries["native"]]
         spans = {m: [(s.start_ns, s.end_ns) for s in ok_runs if s.model == m]
                  for m in (explicit_model, native_model)}
         raw_busy = {m: counter_busy(samples, m, spans[m]) for m in spans}
         failed = [s for s in runs if not s.ok]
-        fifo = None
-        if profile is not None and xi.emulated:
-            lengths_all = [e_len for e_len, _ in table.values()]
-            mb = ni.max_batch_size or profile.scheduler.max_batch_size
-            cm, mode = profile.cost_model, xi.cost_mode or profile.emulation.cost_mode
-            fifo_ms = sum(device_ms(cm, lengths_all[i:i + mb], mode, scale)
-                          for i in range(0, len(lengths_all), mb))
-            fifo = len(lengths_all) / (fifo_ms / 1000.0)
-            cap = capacity_rps(cm, mode, scale, lengths_all, profile.scheduler.max_batch_size,
-                               profile.scheduler.max_batch_tokens)
-        offered = n / max(trace_s, 1e-9)
-        lines = [
-            f"# explicit vs native on a live server: `{explicit_model}` vs `{native_model}`",
-            "",
-            f"Command: `{report.command_line(ctx)}`",
-            "",
-        ]
-        if note:
-            lines += [note, ""]
-        lines += [
-            f"- Server: {http} (metrics {metrics_url}); {time.strftime('%Y-%m-%d %H:%M %Z')}.",
-            f"- Device: `{explicit_model}`: {xi.device_text()}; `{native_model}`: "
-            f"{ni.device_text()}. Read from each model's config (`GET /v2/models/<m>/config`)."
-            + (" An EMULATED device sleeps for each batch's cost-model time: this compares "
-               "batching policies, not hardware." if xi.emulated else ""),
-            f"- Native batcher: Triton's dynamic batcher, max_batch_size {ni.max_batch_size}, "
-            f"max_queue_delay_microseconds {_fmt_opt(ni.max_queue_delay_us, '{}')}.",
-            f"- Workload: {workload_text}; offered {offered:,.1f} req/s"
-            + (f" = {offered / fifo:.0%} of what a FIFO batcher reaches at best on these "
-               f"lengths ({fifo:,.1f} req/s: full batches in arrival order) and "
-               f"{offered / cap:.0%} of the capacity with full batches of similar lengths "
-               f"({cap:,.1f} req/s)" if fifo else "") + ".",
-            f"- Segments: {segments} in one run, alternating "
-            + ", ".join(s.role for s in runs) + f", {gap_s:g} s apart; each replays the same "
-            f"trace with perf_analyzer `--request-intervals` (`--async`, `--request-count "
-            f"{n}`), per-request timestamps from `--profile-export-file`.",
-            "",
-            report.summary_table(rows, ratio=("explicit", "native")),
-            "",
-            "Per segment, in run order:",
-            "",
-            segment_table(runs),
-            "",
-            "Throughput and goodput are per second of the model's own segments (first send "
-            "to last response); SLA attainment = met / requests planned; P50 / P99 over "
-            "answered requests, per SLA class (scaled by the time scale). lost = planned "
-            "requests without a response. Send lag = actual send time minus the trace's "
-            "scheduled time (perf_analyzer's schedule start is the export's first window "
-            "boundary).",
-            "",
-            "Utilisation (util. fluctuation = std of the per-second busy fraction over the "
-            "seconds inside the model's own segments; mean busy = their mean): "
-            f"`{explicit_model}` from its own gauge `{EXPLICIT_GAUGE}` (the executor's busy "
-            "share over its 1 s perception window, sampled every "
-            f"{scrape_period_s:g} s; Triton's counters see only `execute()`, which hands "
-            f"requests to the model's own queue); `{native_model}` from Triton's per-batch "
-            "compute time (statistics extension `batch_stats`, polled with the metrics). "
-            "Triton's `nv_inference_compute_infer_duration_us` is not busy time for either: "
-            f"its growth per second averaged {_fmt_opt(raw_busy[explicit_model])} for "
-            f"`{explicit_model}` (hand-overs only) and {_fmt_opt(raw_busy[native_model])} for "
-            f"`{native_model}` (a batch's time added once per request in it). Padding waste: "
-            f"the explicit model's mean per-batch padding share (`{PADDING_HISTOGRAM}`); "
-            "Triton does not export the native model's.",
-            "",
-        ]
-        if scraper.failures:
-            warnings.append(f"{scraper.failures} metric scrapes failed (last: "
-                            f"{scraper.last_error})")
-        unmatched = sum(s.unmatched for s in runs)
-        if unmatched:
-            warnings.append(f"{unmatched} exported requests carried inputs found in no trace "
-                            f"entry (left out)")
-        behind = [s for s in ok_runs if not s.run.kept_schedule]
-        if behind:
-            warnings.append(f"perf_analyzer said it could not keep up in segment(s) "
-                            f"{', '.join(str(s.index + 1) for s in behind)}")
-        for s in failed:
-            warnings.append(f"segment {s.index + 1} ({s.model}) produced no data: "
-                            f"{s.run.error}. perf_analyzer stops a run at the first error "
-                            f"response; lower --rate to stay where every request is answered")
-        if warnings:
-            lines += ["**Warnings:**", ""] + [f"- {w}" for w in warnings] + [""]
-        lines += [f"![latency CDF and per-second throughput]({name}.png)", ""]
-        text = "\n".join(lines)
+        fifo_cap = (fifo_and_capacity(profile, xi, ni, [e_len for e_len, _ in table.values()])
+                    if profile is not None and xi.emulated else None)
+        warnings += run_warnings(runs, scraper)
+        text = report_text(
+            command_line=report.command_line(ctx), note=note, http=http,
+            metrics_url=metrics_url, xi=xi, ni=ni, workload_text=workload_text,
+            offered=n / max(trace_s, 1e-9), fifo_cap=fifo_cap, runs=runs, gap_s=gap_s,
+            n=n, rows=[summaries["explicit"], summaries["native"]], raw_busy=raw_busy,
+            scrape_period_s=scrape_period_s, warnings=warnings, name=name)
         with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as fh:
             fh.write(text)
     finally:
@@ -617,3 +451,247 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
     if failed:
         raise click.ClickException(f"{len(failed)} of {segments} segments failed (see the "
                                    f"report's warnings)")
+
+
+# -- the command's steps ------------------------------------------------------------------------
+
+def check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
+                        duration_s, lengths, sla_classes, seed) -> None:
+    """A fixed trace (``--request-intervals`` + ``--input-data``) or a workload, not both."""
+    if (request_intervals is None) != (input_data is None):
+        raise click.UsageError("--request-intervals and --input-data go together")
+    if request_intervals and (workload_path or arrival or rate or duration_s or lengths
+                              or sla_classes or seed is not None):
+        raise click.UsageError("--request-intervals replays a fixed trace: drop the workload "
+                               "options (--workload, --arrival, --rate, --duration-s, "
+                               "--lengths, --sla-classes, --seed)")
+
+
+def read_model_pair(http: str, explicit_model: str, native_model: str
+                    ) -> tuple[ModelInfo, ModelInfo, list[str]]:
+    """Both models' configs; refuses an explicit model without SLA_MS, warns when the two
+    run at different time scales."""
+    xi, ni = model_info(http, explicit_model), model_info(http, native_model)
+    if not xi.declares_sla:
+        raise click.ClickException(f"{explicit_model} declares no SLA_MS input: not an "
+                                   f"explicit-control model")
+    warnings = []
+    if ni.time_scale != xi.time_scale:
+        warnings.append(f"the two models run at different time scales ({xi.time_scale:g} vs "
+                        f"{ni.time_scale:g}): SLAs are scaled by the explicit model's")
+    return xi, ni, warnings
+
+
+def build_workload(request_intervals, input_data, workload_path, scale: float,
+                   default_sla: float, **overrides) -> tuple[list[float], list[dict], str]:
+    """(send offsets in ms, input-data entries with SLA_MS, a sentence for the report): a
+    shipped trace, or the workload spec with the command-line overrides."""
+    try:
+        if request_intervals:
+            offsets_ms, entries = load_trace_inputs(request_intervals, input_data, scale,
+                                                    default_sla)
+            workload_text = (f"perf_analyzer trace `{request_intervals}` "
+                             f"({len(offsets_ms):,} requests over {offsets_ms[-1] / 1000:.1f} s)"
+                             f" with the sequences and SLAs of `{input_data}` (send k uses "
+                             f"entry k, cycling), SLA_MS x time scale {scale:g}")
+        else:
+            spec = load_workload_spec(workload_path) if workload_path else DEFAULT_SPEC
+            sla_classes = overrides.pop("sla_classes")
+            spec = apply_overrides(
+                spec, sla_classes=parse_float_list(sla_classes, "--sla-classes")
+                if sla_classes else None, **overrides)
+            arrivals = spec.arrivals(scale)
+            if not arrivals:
+                raise click.ClickException("the workload holds no requests")
+            offsets_ms = [a.time_s * 1000.0 for a in arrivals]
+            entries = W.input_data(arrivals, spec.seed, include_sla=True)["data"]
+            workload_text = spec.describe(scale) + f", {len(arrivals):,} requests per segment"
+    except (SpecError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    return offsets_ms, entries, workload_text
+
+
+def run_segments(url: str, metrics_url: str, http: str, models: tuple[str, str],
+                 segments: int, workdir: str, intervals: str, data: tuple[str, str],
+                 offsets_ms: Sequence[float], table, gap_s: float, scrape_period_s: float):
+    """Replay the trace ``segments`` times, alternating explicit and native, while a
+    sampler reads both models' metrics. Returns (segments, the sampler)."""
+    explicit_model, native_model = models
+    data_sla, data_plain = data
+    n = len(offsets_ms)
+    trace_s = offsets_ms[-1] / 1000.0
+    scraper = model_sampler(metrics_url, http, [explicit_model, native_model],
+                            scrape_period_s, name="compare-scraper")
+    scraper.sample_once()
+    if not scraper.samples:
+        raise click.ClickException(f"cannot scrape {metrics_url}: {scraper.last_error}")
+    scraper.samples.clear()
+    scraper.start()
+    runs: list[Segment] = []
+    try:
+        for k in range(segments):
+            role = "explicit" if k % 2 == 0 else "native"
+            model = explicit_model if role == "explicit" else native_model
+            click.echo(f"segment {k + 1}/{segments}: {model}, {n:,} requests over "
+                       f"{trace_s:.1f} s ...", err=True)
+            seg = Segment(k, model, role, n)
+            seg.run = pa.replay_trace(
+                url.split("://", 1)[-1], model, intervals,
+                data_sla if role == "explicit" else data_plain, n,
+                os.path.join(workdir, f"segment{k}_{model}.export.json"),
+                timeout_s=trace_s * 4 + 120)
+            if seg.ok:
+                match_requests(seg, offsets_ms, table)
+            else:
+                click.echo(f"  {seg.run.error}", err=True)
+            runs.append(seg)
+            if k + 1 < segments:
+                time.sleep(gap_s)
+        time.sleep(scrape_period_s * 1.5)  # one sample past the last response
+    finally:
+        scraper.stop()
+    return runs, scraper
+
+
+def responses_per_second(ok_runs: Sequence[Segment], model: str, t0: int
+                         ) -> list[tuple[float, float]]:
+    """(seconds since ``t0``, responses per second) of the model's segments, each on its
+    own clock; a nan point between segments breaks the line."""
+    points: list[tuple[float, float]] = []
+    for s in ok_runs:
+        if s.model != model:
+            continue
+        # Responses per second of the segment's own clock; the last, partial
+        # second is divided by its actual length.
+        span_s = (s.end_ns - s.start_ns) / 1e9
+        bins = [0] * max(1, math.ceil(span_s))
+        for r in s.requests:
+            if r.response_ns is not None:
+                k = min(int((r.response_ns - s.start_ns) // 1_000_000_000), len(bins) - 1)
+                bins[k] += 1
+        widths = [min(1.0, span_s - k) if span_s > k else 1.0 for k in range(len(bins))]
+        if len(bins) > 1 and widths[-1] < 0.5:  # fold a sliver into its neighbour
+            bins[-2] += bins.pop()
+            widths[-2] += widths.pop()
+        offset = (s.start_ns - t0) / 1e9
+        for k, (count, width) in enumerate(zip(bins, widths)):
+            points.append((offset + k + width / 2, count / max(width, 1e-3)))
+        points.append((math.nan, math.nan))  # no line across other segments
+    return points
+
+
+def write_plot(png: str, ok_runs: Sequence[Segment], models: tuple[str, str], latencies,
+               series, t0: int, sla_lines: Sequence[float], title: str) -> None:
+    """The plot: latency CDFs, per-second responses and busy fraction."""
+    per_second = {role: responses_per_second(ok_runs, model, t0)
+                  for role, model in zip(("explicit", "native"), models)}
+    busy_pts = {role: [((s1 - t0) / 1e9, v) for s0, s1, v in series[role]
+                       if s1 >= t0] for role in series}
+    report.comparison_plot(
+        png, latencies, per_second, busy_pts, sla_lines, title=title,
+        segments=[((s.start_ns - t0) / 1e9, (s.end_ns - t0) / 1e9, s.role) for s in ok_runs])
+
+
+def fifo_and_capacity(profile, xi: ModelInfo, ni: ModelInfo, lengths_all: Sequence[int]
+                      ) -> tuple[float, float]:
+    """(what a FIFO batcher reaches at best on these lengths, the capacity with full
+    batches of similar lengths), req/s on the emulated device."""
+    scale = xi.time_scale
+    mb = ni.max_batch_size or profile.scheduler.max_batch_size
+    cm, mode = profile.cost_model, xi.cost_mode or profile.emulation.cost_mode
+    fifo_ms = sum(device_ms(cm, lengths_all[i:i + mb], mode, scale)
+                  for i in range(0, len(lengths_all), mb))
+    fifo = len(lengths_all) / (fifo_ms / 1000.0)
+    cap = capacity_rps(cm, mode, scale, lengths_all, profile.scheduler.max_batch_size,
+                       profile.scheduler.max_batch_tokens)
+    return fifo, cap
+
+
+def run_warnings(runs: Sequence[Segment], scraper) -> list[str]:
+    """What the report must warn about: failed scrapes, unmatched exports, a lagging
+    sender, failed segments."""
+    warnings = []
+    if scraper.failures:
+        warnings.append(f"{scraper.failures} metric scrapes failed (last: "
+                        f"{scraper.last_error})")
+    unmatched = sum(s.unmatched for s in runs)
+    if unmatched:
+        warnings.append(f"{unmatched} exported requests carried inputs found in no trace "
+                        f"entry (left out)")
+    behind = [s for s in runs if s.ok and not s.run.kept_schedule]
+    if behind:
+        warnings.append(f"perf_analyzer said it could not keep up in segment(s) "
+                        f"{', '.join(str(s.index + 1) for s in behind)}")
+    for s in runs:
+        if not s.ok:
+            warnings.append(f"segment {s.index + 1} ({s.model}) produced no data: "
+                            f"{s.run.error}. perf_analyzer stops a run at the first error "
+                            f"response; lower --rate to stay where every request is answered")
+    return warnings
+
+
+def report_text(*, command_line: str, note, http: str, metrics_url: str, xi: ModelInfo,
+                ni: ModelInfo, workload_text: str, offered: float, fifo_cap, runs, gap_s: float,
+                n: int, rows, raw_busy, scrape_period_s: float, warnings: Sequence[str],
+                name: str) -> str:
+    """The markdown report."""
+    explicit_model, native_model = xi.name, ni.name
+    fifo, cap = fifo_cap if fifo_cap else (None, None)
+    lines = [
+        f"# explicit vs native on a live server: `{explicit_model}` vs `{native_model}`",
+        "",
+        f"Command: `{command_line}`",
+        "",
+    ]
+    if note:
+        lines += [note, ""]
+    lines += [
+        f"- Server: {http} (metrics {metrics_url}); {time.strftime('%Y-%m-%d %H:%M %Z')}.",
+        f"- Device: `{explicit_model}`: {xi.device_text()}; `{native_model}`: "
+        f"{ni.device_text()}. Read from each model's config (`GET /v2/models/<m>/config`)."
+        + (" An EMULATED device sleeps for each batch's cost-model time: this compares "
+           "batching policies, not hardware." if xi.emulated else ""),
+        f"- Native batcher: Triton's dynamic batcher, max_batch_size {ni.max_batch_size}, "
+        f"max_queue_delay_microseconds {_fmt_opt(ni.max_queue_delay_us, '{}')}.",
+        f"- Workload: {workload_text}; offered {offered:,.1f} req/s"
+        + (f" = {offered / fifo:.0%} of what a FIFO batcher reaches at best on these "
+           f"lengths ({fifo:,.1f} req/s: full batches in arrival order) and "
+           f"{offered / cap:.0%} of the capacity with full batches of similar lengths "
+           f"({cap:,.1f} req/s)" if fifo else "") + ".",
+        f"- Segments: {len(runs)} in one run, alternating "
+        + ", ".join(s.role for s in runs) + f", {gap_s:g} s apart; each replays the same "
+        f"trace with perf_analyzer `--request-intervals` (`--async`, `--request-count "
+        f"{n}`), per-request timestamps from `--profile-export-file`.",
+        "",
+        report.summary_table(rows, ratio=("explicit", "native")),
+        "",
+        "Per segment, in run order:",
+        "",
+        segment_table(runs),
+        "",
+        "Throughput and goodput are per second of the model's own segments (first send "
+        "to last response); SLA attainment = met / requests planned; P50 / P99 over "
+        "answered requests, per SLA class (scaled by the time scale). lost = planned "
+        "requests without a response. Send lag = actual send time minus the trace's "
+        "scheduled time (perf_analyzer's schedule start is the export's first window "
+        "boundary).",
+        "",
+        "Utilisation (util. fluctuation = std of the per-second busy fraction over the "
+        "seconds inside the model's own segments; mean busy = their mean): "
+        f"`{explicit_model}` from its own gauge `{EXPLICIT_GAUGE}` (the executor's busy "
+        "share over its 1 s perception window, sampled every "
+        f"{scrape_period_s:g} s; Triton's counters see only `execute()`, which hands "
+        f"requests to the model's own queue); `{native_model}` from Triton's per-batch "
+        "compute time (statistics extension `batch_stats`, polled with the metrics). "
+        "Triton's `nv_inference_compute_infer_duration_us` is not busy time for either: "
+        f"its growth per second averaged {_fmt_opt(raw_busy[explicit_model])} for "
+        f"`{explicit_model}` (hand-overs only) and {_fmt_opt(raw_busy[native_model])} for "
+        f"`{native_model}` (a batch's time added once per request in it). Padding waste: "
+        f"the explicit model's mean per-batch padding share (`{PADDING_HISTOGRAM}`); "
+        "Triton does not export the native model's.",
+        "",
+    ]
+    if warnings:
+        lines += ["**Warnings:**", ""] + [f"- {w}" for w in warnings] + [""]
+    lines += [f"![latency CDF and per-second throughput]({name}.png)", ""]
+    return "\n".join(lines)
