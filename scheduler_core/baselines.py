@@ -1,15 +1,7 @@
-"""Baseline batching policies, with the same duck-typed interface as ``scheduler.Scheduler``.
-
-Every policy offers::
-
-    submit(request, now_s)                            # may raise scheduler.QueueFull
-    schedule(now_s, flush=False) -> BatchDecision     # asked whenever the device is free
-    batch_started(batch, now_s)
-    batch_finished(batch, started_s, now_s, succeeded=True)
-    queue_depth                                       # property
-
-so the simulator (and, in principle, the Triton adapter) can drive any of them. Like the
-scheduler they are pure: no clock, no threads, ``now_s`` comes in as an argument.
+"""Baseline batching policies behind the same contract as ``scheduler.Scheduler``
+(``policy.BatchingPolicy``), so the simulator (and, in principle, the Triton adapter) can
+drive any of them. Like the scheduler they are pure: no clock, no threads, ``now_s``
+comes in as an argument.
 
 ``TritonDynamicBatcher``
     A model of Triton's dynamic batcher for ONE model instance with ``allow_ragged_batch``
@@ -49,7 +41,7 @@ scheduler they are pure: no clock, no threads, ``now_s`` comes in as an argument
 
     * **shed**: a queued request whose deadline is missed even if it ran alone starting
       now (``now + estimate([its length]) > deadline``) is rejected with reason
-      ``"deadline infeasible"``;
+      ``RejectReason.INFEASIBLE``;
     * **dispatch** when the batch is full (size or padded-token limit), when waiting any
       longer would make its most urgent member miss its deadline (``"deadline"``), or when
       waiting does not pay (``"cost"``);
@@ -75,9 +67,9 @@ from typing import Sequence
 from .cost_model import CostEstimator
 from .request import QueuedRequest
 from .profile import HardwareProfile
-from .scheduler import BatchDecision, QueueFull, Scheduler, take_fifo
-
-DEADLINE_INFEASIBLE = "deadline infeasible"
+from .entry_queue import take_fifo
+from .policy import BatchDecision, QueueFull, Reason, RejectReason
+from .scheduler import Scheduler
 
 
 def _check_int(name: str, value, lo: int = 1) -> None:
@@ -127,6 +119,9 @@ class _FifoPolicy:
         drained = list(self._queue)
         self._queue.clear()
         return drained
+
+    def tick(self, now_s: float) -> None:
+        pass  # no periodic layers
 
     def batch_started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:
         pass
@@ -181,7 +176,7 @@ class TritonDynamicBatcher(_FifoPolicy):
         window_ms = self.max_queue_delay_us / 1000.0
         queue = self._queue
         if not queue:
-            return BatchDecision((), None, "idle", window_ms, 0.0, 0.0)
+            return BatchDecision((), None, Reason.IDLE, window_ms, 0.0, 0.0)
         take = min(len(queue), self.max_batch_size)
         delay_s = self._delay_s
         deadline_s = queue[0].arrival_s + delay_s
@@ -189,15 +184,15 @@ class TritonDynamicBatcher(_FifoPolicy):
         if not delay_exceeded:
             preferred = self._largest_preferred(take)
             if preferred:
-                reason = "full" if preferred == self.max_batch_size else "preferred"
+                reason = Reason.FULL if preferred == self.max_batch_size else Reason.PREFERRED
                 return self._dispatch(preferred, reason, window_ms)
         if delay_exceeded:
-            return self._dispatch(take, "delay", window_ms)
+            return self._dispatch(take, Reason.DELAY, window_ms)
         if delay_s == 0:
             return self._dispatch(take, "no-delay", window_ms)
         if flush:
-            return self._dispatch(take, "flush", window_ms)
-        return BatchDecision((), deadline_s, "wait", window_ms, 0.0, 0.0)
+            return self._dispatch(take, Reason.FLUSH, window_ms)
+        return BatchDecision((), deadline_s, Reason.WAIT, window_ms, 0.0, 0.0)
 
     def __repr__(self) -> str:
         return (f"TritonDynamicBatcher(max_batch_size={self.max_batch_size}, "
@@ -224,20 +219,20 @@ class FixedWindow(_FifoPolicy):
     def schedule(self, now_s: float, flush: bool = False) -> BatchDecision:
         queue = self._queue
         if not queue:
-            return BatchDecision((), None, "idle", self.window_ms, 0.0, 0.0)
+            return BatchDecision((), None, Reason.IDLE, self.window_ms, 0.0, 0.0)
         if len(queue) >= self.max_batch_size:
             take = self.max_batch_size if self.max_batch_tokens is None else len(
                 fifo_prefix(queue, self.max_batch_size, self.max_batch_tokens))
-            return self._dispatch(take, "full", self.window_ms)
+            return self._dispatch(take, Reason.FULL, self.window_ms)
         take = len(fifo_prefix(queue, self.max_batch_size, self.max_batch_tokens))
         if take < len(queue):
-            return self._dispatch(take, "full", self.window_ms)
+            return self._dispatch(take, Reason.FULL, self.window_ms)
         if flush:
-            return self._dispatch(take, "flush", self.window_ms)
+            return self._dispatch(take, Reason.FLUSH, self.window_ms)
         close_s = queue[0].arrival_s + self._window_s
         if now_s >= close_s:
-            return self._dispatch(take, "window", self.window_ms)
-        return BatchDecision((), close_s, "wait", self.window_ms, 0.0, 0.0)
+            return self._dispatch(take, Reason.WINDOW, self.window_ms)
+        return BatchDecision((), close_s, Reason.WAIT, self.window_ms, 0.0, 0.0)
 
     def __repr__(self) -> str:
         return (f"FixedWindow(window_ms={self.window_ms}, max_batch_size={self.max_batch_size}, "
@@ -308,6 +303,9 @@ class AdaptiveCostBatcher:
         self._latest_start.clear()
         return drained
 
+    def tick(self, now_s: float) -> None:
+        pass  # no periodic layers
+
     # -- decisions --------------------------------------------------------------------------
     def _shed(self, now_s: float) -> list[tuple[QueuedRequest, str]]:
         rejected = []
@@ -321,7 +319,7 @@ class AdaptiveCostBatcher:
             latest = req.deadline_s - alone_s
             if latest < now_s:
                 del self._queued[req.request_id]
-                rejected.append((req, DEADLINE_INFEASIBLE))
+                rejected.append((req, RejectReason.INFEASIBLE))
             else:
                 heapq.heappush(heap, (latest, next(self._seq), req))
         self.shed += len(rejected)
@@ -342,7 +340,7 @@ class AdaptiveCostBatcher:
         while queue and queue[0].request_id not in queued:
             queue.popleft()
         if not queued:
-            return BatchDecision((), None, "idle", 0.0, 0.0, 0.0, rejected)
+            return BatchDecision((), None, Reason.IDLE, 0.0, 0.0, 0.0, rejected)
         live = (r for r in queue if r.request_id in queued)
         candidates = fifo_prefix(list(itertools.islice(live, self.max_batch_size)),
                                  self.max_batch_size, self.max_batch_tokens)
@@ -353,20 +351,20 @@ class AdaptiveCostBatcher:
         b_s = self.fixed_cost_s(lengths)
         wait_ms = 0.0
         if n >= self.max_batch_size or n < len(queued):
-            reason = "full"
+            reason = Reason.FULL
         elif flush:
-            reason = "flush"
+            reason = Reason.FLUSH
         elif now_s >= latest_start_s:
-            reason = "deadline"
+            reason = Reason.DEADLINE
         else:
             since_last = now_s - self._last_arrival_s
             gap_s = since_last if self._gap_s is None else max(self._gap_s, since_last)
             if n * gap_s >= b_s:
-                reason = "cost"
+                reason = Reason.COST
             else:
                 wake_s = min(latest_start_s, self._last_arrival_s + b_s / n)
                 wait_ms = (wake_s - now_s) * 1000.0
-                return BatchDecision((), wake_s, "wait", wait_ms, 0.0, 0.0, rejected)
+                return BatchDecision((), wake_s, Reason.WAIT, wait_ms, 0.0, 0.0, rejected)
         for r in candidates:
             del queued[r.request_id]
         return BatchDecision(tuple(candidates), None, reason, wait_ms, 0.0, estimated_ms,

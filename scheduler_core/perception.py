@@ -11,6 +11,8 @@ from collections import deque
 
 import numpy as np
 
+from .stats import nearest_rank_index
+
 
 def coefficient_of_variation(values) -> float:
     """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""
@@ -139,6 +141,5 @@ class LatencyWindow:
         values = self._array(now_s)
         if not values.size:
             return 0.0
-        # Nearest rank; the small tolerance keeps 0.07 * 100 (= 7.000000000000001) at rank 7.
-        rank = min(values.size - 1, max(0, math.ceil(q * values.size / 100.0 - 1e-9) - 1))
+        rank = nearest_rank_index(values.size, q)
         return float(np.partition(values, rank)[rank])

@@ -99,6 +99,9 @@ class RejectReason(_StrEnum):
     UNFINISHED = "unfinished"
 
 
+# The batch formers a profile can name (scheduler_core/formers.py registers each).
+FORMER_NAMES = ("fifo", "length_aware", "length_aware_emergency")
+
 # The prefix every infeasibility refusal starts with (clients and tests match on it).
 INFEASIBLE = "deadline infeasible"
 

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from .policy import FORMER_NAMES
 from .safe_repr import short_repr
 
 COST_MODES = ("padded", "ragged")
@@ -118,6 +119,10 @@ class ControlConfig:
     # batches on a padded device with a long-tailed length mix wasted enough device time
     # to push utilisation into the danger zone from 40 % load on.
     safe_zone_batching: str = "auto"
+    # The batch formers (scheduler_core/formers.py) of explicit control (no-man's land or
+    # pre-warmed) and of the emergency policy (danger zone), by name.
+    explicit_former: str = "length_aware"
+    emergency_former: str = "length_aware_emergency"
     # Explicit control starts from this utilisation even while still "safe" (pre-warm).
     prewarm_utilization: float = 0.65
     # Hysteresis: leaving a zone needs the score this far below the entry level, held
@@ -169,7 +174,7 @@ class HardwareProfile:
 
 
 # (low, high) inclusive bounds; None = unbounded on that side.
-_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "fixed_ms": (0.0, 60_000.0),
     "per_sequence_ms": (0.0, 60_000.0),
     "per_token_ms": (0.0, 1_000.0),
@@ -218,7 +223,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None]] = {
 }
 ENTRY_MODES = ("all", "weighted")
 INFEASIBLE_POLICIES = ("serve_late", "reject")
-SAFE_ZONE_BATCHING = ("auto", "fifo", "length_aware")
+SAFE_ZONE_BATCHING = ("auto", *FORMER_NAMES)
 
 
 def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
@@ -261,7 +266,7 @@ def _section(cls, raw: Any, source: str, section: str):
         elif isinstance(default, str):
             if not isinstance(value, str):
                 raise _bad(source, dotted, value, "must be a string")
-        lo, hi = _BOUNDS.get(name, (None, None))
+        lo, hi = BOUNDS.get(name, (None, None))
         if lo is not None and value < lo or hi is not None and value > hi:
             raise _bad(source, dotted, value, f"must be within [{lo}, {hi}]")
         values[name] = value
@@ -352,7 +357,8 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
                    f"must not exceed scheduler.max_window_ms ({sched.max_window_ms})")
     control = _section(ControlConfig, raw.get("control"), source, "control")
     for key, options in (("entry_mode", ENTRY_MODES), ("infeasible_policy", INFEASIBLE_POLICIES),
-                         ("safe_zone_batching", SAFE_ZONE_BATCHING)):
+                         ("safe_zone_batching", SAFE_ZONE_BATCHING),
+                         ("explicit_former", FORMER_NAMES), ("emergency_former", FORMER_NAMES)):
         if getattr(control, key) not in options:
             raise _bad(source, f"control.{key}", getattr(control, key), f"must be one of {options}")
     for indicator in ("utilization", "queue_depth", "p99_cv"):

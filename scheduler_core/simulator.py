@@ -7,7 +7,8 @@ emulated device sleeps (``triton_backend.executors.EmulatedDevice``)::
 
 The policy is driven exactly as the Triton adapter drives the scheduler: ``submit`` on each
 arrival, ``schedule`` whenever the device is free, ``batch_started`` / ``batch_finished``
-around each batch, and ``tick(now_s)`` every ``control_period_s`` when the policy has one.
+around each batch, and ``tick(now_s)`` every ``control_period_s`` (the rules of ``policy.py``,
+through its ``decide`` and ``wake_time``).
 
 The core is SimPy's: a heap of ``(time, priority, seq, event)`` where ``seq`` comes from an
 ``itertools.count()``, so simultaneous events always run in the same order and a run is a
@@ -29,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .cost_model import batch_shape, formula_ms
+from .policy import BatchingPolicy, QueueFull, RejectReason, decide, wake_time
 from .profile import CostModelConfig
 from .request import QueuedRequest
-from .scheduler import QueueFull
+from .stats import percentile
 
 # Event priorities at equal times (lower first).
 ARRIVAL, COMPLETION, TICK, WAKE = 0, 1, 2, 3
@@ -39,8 +41,6 @@ ARRIVAL, COMPLETION, TICK, WAKE = 0, 1, 2, 3
 PENDING, MET, MISSED, REJECTED = 0, 1, 2, 3
 OUTCOME_NAMES = {PENDING: "pending", MET: "met", MISSED: "missed", REJECTED: "rejected"}
 
-# A wake-up is never scheduled closer than this to now (progress guarantee).
-MIN_WAKE_STEP_S = 1e-6
 # Latency within SLA up to float noise counts as met.
 _SLA_EPS_MS = 1e-9
 
@@ -119,16 +119,7 @@ def device_ms(cost_model: CostModelConfig, lengths: Sequence[int], cost_mode: st
     return formula_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted values (nan when empty)."""
-    if not sorted_values:
-        return math.nan
-    rank = min(len(sorted_values) - 1,
-               max(0, math.ceil(q * len(sorted_values) / 100.0 - 1e-9) - 1))
-    return sorted_values[rank]
-
-
-def simulate(policy: Any, arrivals: Sequence[Any], cost_model: CostModelConfig,
+def simulate(policy: BatchingPolicy, arrivals: Sequence[Any], cost_model: CostModelConfig,
              cost_mode: str = "padded", time_scale: float = 1.0, *,
              control_period_s: float = 0.05, drain_timeout_s: float = 600.0,
              name: str | None = None, wall_clock=None) -> SimResult:
@@ -166,16 +157,12 @@ def simulate(policy: Any, arrivals: Sequence[Any], cost_model: CostModelConfig,
     heap: list = []
     seq = itertools.count()
     push, pop = heapq.heappush, heapq.heappop
-    submit, schedule = policy.submit, policy.schedule
+    submit, tick = policy.submit, policy.tick
     batch_started, batch_finished = policy.batch_started, policy.batch_finished
-    tick = getattr(policy, "tick", None)
-    if not callable(tick):
-        tick = None
 
     if n:
         push(heap, (times[0], ARRIVAL, next(seq), 0))
-        if tick is not None:
-            push(heap, (0.0, TICK, next(seq), 1))
+        push(heap, (0.0, TICK, next(seq), 1))
     arrivals_done = n == 0
     busy = False
     wake_gen = 0
@@ -192,7 +179,7 @@ def simulate(policy: Any, arrivals: Sequence[Any], cost_model: CostModelConfig,
         if outcome[rid] == PENDING:
             outcome[rid] = REJECTED
             finish[rid] = now_s
-            rejected_reasons[reason] = rejected_reasons.get(reason, 0) + 1
+            rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
 
     while heap:
         now, kind, _, payload = pop(heap)
@@ -207,7 +194,8 @@ def simulate(policy: Any, arrivals: Sequence[Any], cost_model: CostModelConfig,
             except QueueFull:
                 outcome[i] = REJECTED
                 finish[i] = now
-                rejected_reasons["queue full"] = rejected_reasons.get("queue full", 0) + 1
+                reason = RejectReason.QUEUE_FULL
+                rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
         elif kind == COMPLETION:
             batch, started = payload
             busy = False
@@ -232,67 +220,63 @@ def simulate(policy: Any, arrivals: Sequence[Any], cost_model: CostModelConfig,
         if busy or (heap and heap[0][0] <= now) or not policy.queue_depth:
             continue
 
-        # The device is free: ask the policy, re-asking only while a flush sheds requests.
-        for _ in range(1_000_000):
-            decision = schedule(now, arrivals_done)
-            rejected = getattr(decision, "rejected", ())
-            for req, reason in rejected:
-                reject(req, reason, now)
-            batch = decision.batch
-            if batch:
-                busy = True
-                wake_gen += 1
-                pending_wake_s = None
-                shape = batch_shape([r.seq_len for r in batch], cost_mode)
-                duration = formula_ms(cost_model, shape) * time_scale / 1000.0
-                for req in batch:
-                    dispatch[req.request_id] = now
-                batch_started(batch, now)
-                end = now + duration
-                push(heap, (end, COMPLETION, next(seq), (batch, now)))
-                n_batches += 1
-                batched_requests += shape.batch_size
-                padded_tokens += shape.padded_tokens
-                real_tokens += shape.real_tokens
-                busy_total += duration
-                r = decision.reason
-                reasons[r] = reasons.get(r, 0) + 1
-                z = getattr(decision, "zone", 0)
-                zones[z] = zones.get(z, 0) + 1
-                # Busy time per second of simulated time.
-                first, last = int(now), int(end)
-                if last >= len(busy_bins):
-                    busy_bins.extend([0.0] * (last + 1 - len(busy_bins)))
-                if first == last:
-                    busy_bins[first] += duration
-                else:
-                    busy_bins[first] += (first + 1) - now
-                    for k in range(first + 1, last):
-                        busy_bins[k] += 1.0
-                    busy_bins[last] += end - last
-                break
-            if rejected and arrivals_done and policy.queue_depth:
-                continue
-            wake_at = decision.wake_at_s
-            if wake_at is not None:
-                if wake_at < now + MIN_WAKE_STEP_S:
-                    wake_at = now + MIN_WAKE_STEP_S
-                if wake_at != pending_wake_s and wake_at <= horizon_s:
-                    wake_gen += 1
-                    pending_wake_s = wake_at
-                    push(heap, (wake_at, WAKE, next(seq), wake_gen))
-            break
+        # The device is free: ask the policy (policy.decide re-asks while a flush only sheds).
+        decision = decide(policy, now, arrivals_done)
+        for req, reason in decision.rejected:
+            reject(req, reason, now)
+        batch = decision.batch
+        if batch:
+            busy = True
+            wake_gen += 1
+            pending_wake_s = None
+            shape = batch_shape([r.seq_len for r in batch], cost_mode)
+            duration = formula_ms(cost_model, shape) * time_scale / 1000.0
+            for req in batch:
+                dispatch[req.request_id] = now
+            batch_started(batch, now)
+            end = now + duration
+            push(heap, (end, COMPLETION, next(seq), (batch, now)))
+            n_batches += 1
+            batched_requests += shape.batch_size
+            padded_tokens += shape.padded_tokens
+            real_tokens += shape.real_tokens
+            busy_total += duration
+            r, z = str(decision.reason), int(decision.zone)  # plain keys in the result
+            reasons[r] = reasons.get(r, 0) + 1
+            zones[z] = zones.get(z, 0) + 1
+            _add_busy(busy_bins, now, end, duration)
+            continue
+        wake_at = wake_time(decision, now)
+        if wake_at is not None and wake_at != pending_wake_s and wake_at <= horizon_s:
+            wake_gen += 1
+            pending_wake_s = wake_at
+            push(heap, (wake_at, WAKE, next(seq), wake_gen))
 
     for rid in range(n):
         if outcome[rid] == PENDING:
             outcome[rid] = REJECTED
-            rejected_reasons["unfinished"] = rejected_reasons.get("unfinished", 0) + 1
+            reason = RejectReason.UNFINISHED
+            rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
 
     wall = (wall_clock() - started_wall) if wall_clock is not None else 0.0
     return _summarise(
         name if name is not None else type(policy).__name__, times, lengths, slas, dispatch,
         finish, outcome, rejected_reasons, reasons, zones, busy_bins, last_finish_s,
         n_batches, batched_requests, padded_tokens, real_tokens, busy_total, wall)
+
+
+def _add_busy(busy_bins: list[float], start_s: float, end_s: float, duration_s: float) -> None:
+    """Add a busy interval (``duration_s`` long) to the per-second busy time."""
+    first, last = int(start_s), int(end_s)
+    if last >= len(busy_bins):
+        busy_bins.extend([0.0] * (last + 1 - len(busy_bins)))
+    if first == last:
+        busy_bins[first] += duration_s
+    else:
+        busy_bins[first] += (first + 1) - start_s
+        for k in range(first + 1, last):
+            busy_bins[k] += 1.0
+        busy_bins[last] += end_s - last
 
 
 def _summarise(name, times, lengths, slas, dispatch, finish, outcome, rejected_reasons,

@@ -19,15 +19,11 @@ stops when it falls ``hysteresis`` below it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
+from .policy import Zone
 from .profile import ControlConfig
 
-
-class Zone(IntEnum):
-    SAFE = 0
-    NO_MANS_LAND = 1
-    DANGER = 2
+__all__ = ["Zone", "ZoneDetector", "ZoneReading", "pressure"]
 
 
 @dataclass(frozen=True)

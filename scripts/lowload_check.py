@@ -34,7 +34,7 @@ sys.path.insert(0, SCRIPTS)
 
 from simulate_report import CAPACITY_SAMPLE, LENGTHS, PROFILE_DIR, SLA_CLASSES_MS  # noqa: E402
 from scheduler_core import baselines, workload as W  # noqa: E402
-from scheduler_core.profile import _BOUNDS, load_profile, profile_path, with_emulation  # noqa: E402
+from scheduler_core.profile import BOUNDS, load_profile, profile_path, with_emulation  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
 
 NATIVE_DELAYS_US = (0, 500, 1000, 2000)
@@ -43,7 +43,7 @@ HIGH_LOADS = (0.4, 0.6, 0.7, 0.8, 0.9, 2.0)
 BURST_FACTOR = 8.0  # burst rate / quiet rate
 MEAN_QUIET_S, MEAN_BURST_S = 1.0, 0.25
 # The largest weight the profile allows: waiting for the window always pays ("before").
-ALWAYS_WAIT = _BOUNDS["wait_ms_per_saved_device_ms"][1]
+ALWAYS_WAIT = BOUNDS["wait_ms_per_saved_device_ms"][1]
 TARGET_MS = 1.0  # issue 6: explicit P50 at most this far above the best native setting
 
 

@@ -17,7 +17,8 @@ from collections import Counter
 
 import triton_python_backend_utils as pb_utils
 
-from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, GAUGES, HISTOGRAMS, LABELLED,
+from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES, HISTOGRAMS,
+                             LABELLED,
                              PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
                              SLA_CLASSES, sla_class)
 
@@ -51,6 +52,9 @@ class ControlMetrics:
         self._padding = family("padding_waste_ratio", HISTOGRAMS["padding_waste_ratio"],
                                pb_utils.MetricFamily.HISTOGRAM).Metric(
             labels=labels, buckets=PADDING_WASTE_BUCKETS)
+        formed = family("formed_batches_total", LABELLED["formed_batches_total"],
+                        pb_utils.MetricFamily.COUNTER)
+        self._formed = {f: formed.Metric(labels={**labels, "former": f}) for f in FORMER_NAMES}
         info = family("profile_info", LABELLED["profile_info"], pb_utils.MetricFamily.GAUGE)
         self._profile_info = info.Metric(labels={**labels, "profile": profile,
                                                  "reason": profile_reason})
@@ -61,6 +65,7 @@ class ControlMetrics:
         self._pending_rejected: Counter = Counter()
         self._pending_counters: Counter = Counter()
         self._pending_batches: list[tuple[int, float]] = []
+        self._pending_formed: Counter = Counter()
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
 
     # -- events (cheap: counted locally) -------------------------------------------------
@@ -73,9 +78,10 @@ class ControlMetrics:
         with self._lock:
             self._pending_rejected[reason] += count
 
-    def on_batch(self, size: int, padding_waste: float) -> None:
+    def on_batch(self, size: int, padding_waste: float, former: str) -> None:
         with self._lock:
             self._pending_batches.append((size, padding_waste))
+            self._pending_formed[former] += 1
 
     def on_event(self, counter: str) -> None:
         with self._lock:
@@ -106,12 +112,15 @@ class ControlMetrics:
             sla, self._pending_sla = self._pending_sla, Counter()
             rejected, self._pending_rejected = self._pending_rejected, Counter()
             batches, self._pending_batches = self._pending_batches, []
+            formed, self._pending_formed = self._pending_formed, Counter()
         for name, n in counters.items():
             self._counters[name].increment(n)
         for key, n in sla.items():
             self._sla[key].increment(n)
         for reason, n in rejected.items():
             self._rejected[reason].increment(n)
+        for former, n in formed.items():
+            self._formed[former].increment(n)
         for size, waste in batches:
             self._batch_size.observe(size)
             self._padding.observe(waste)

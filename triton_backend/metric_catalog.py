@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from scheduler_core.policy import FORMER_NAMES  # noqa: F401  (formed_batches_total's labels)
+
 PREFIX = "explicit_batching_"
 SLA_CLASSES = ((50.0, "le50ms"), (100.0, "le100ms"), (200.0, "le200ms"), (1000.0, "le1000ms"),
                (math.inf, "gt1000ms"))
@@ -49,6 +51,7 @@ LABELLED = {
     "sla_requests_total": "Answered requests by SLA class and outcome",
     "rejected_requests_total": "Requests refused, by reason",
     "profile_info": "The hardware profile in use (value 1) and why it was chosen",
+    "formed_batches_total": "Dispatched batches, by the batch former that formed them",
 }
 
 

@@ -33,7 +33,8 @@ from scheduler_core.cost_model import batch_shape
 from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile_dir, parse_override,
                                     select_profile, with_overrides)
 from scheduler_core.request import QueuedRequest
-from scheduler_core.scheduler import QueueFull, Scheduler
+from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, wake_time
+from scheduler_core.scheduler import Scheduler
 from sidecar.nvml import detect_device_name
 from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
 
@@ -45,7 +46,6 @@ from .request_decoding import RequestError, decode_padded_batch, decode_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 STATS_LOG_PERIOD_S = 5.0
-ZONE_NAMES = ("safe", "no-mans-land", "danger")
 SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
 CANCEL_SWEEP_PERIOD_S = 1.0
 CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
@@ -454,7 +454,7 @@ class ExplicitModel:
         with self._cond:
             now = time.monotonic()
             sidecar_health = self._apply_perception(now)
-            decision = self.scheduler.schedule(now, flush=self._stopping)
+            decision = decide(self.scheduler, now, flush=self._stopping)
             arrivals_seen = self._arrivals
         owed = [*decision.batch, *(r for r, _ in decision.rejected)]
         started = None
@@ -477,7 +477,7 @@ class ExplicitModel:
                 if self._loop_fault_token and any(
                         self._loop_fault_token in r.handle.input_ids for r in batch):
                     raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
-                self._run_batch(batch, started)
+                self._run_batch(batch, started, decision.former)
                 started = None
                 return True
         finally:
@@ -494,15 +494,16 @@ class ExplicitModel:
         self._sweep_cancelled(now)
         # Wake for the scheduler's own time, an arrival, or the next decision period.
         timeout = self._control_period_s
-        if decision.wake_at_s is not None:
-            timeout = min(timeout, max(decision.wake_at_s - now, 0.0))
+        wake_at = wake_time(decision, now)
+        if wake_at is not None:
+            timeout = min(timeout, wake_at - now)
         with self._cond:
             if self._arrivals == arrivals_seen:  # nothing arrived since the decision
                 self._cond.wait(timeout=timeout)
         self._maybe_log_stats(time.monotonic())
         return True
 
-    def _run_batch(self, batch: Sequence[QueuedRequest], started: float) -> None:
+    def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
         if not batch:  # every member was cancelled
             with self._cond:
                 self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded=False)
@@ -516,7 +517,7 @@ class ExplicitModel:
             for r in batch:
                 self._answer(r, _error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL))
         lengths = [r.seq_len for r in batch]
-        self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste)
+        self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste, former)
         if succeeded:
             for r, embedding in zip(batch, embeddings):
                 self._answer(r, functools.partial(_embedding_response, embedding))
@@ -529,12 +530,13 @@ class ExplicitModel:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
 
     def _log_zone_change(self, decision, now: float) -> None:
-        zone = (decision.zone, decision.mode)
+        zone = (decision.zone, decision.mode, decision.former)
         if zone != self._last_zone:
             self._last_zone = zone
             s = self.scheduler.stats(now)
             pb_utils.Logger.log_info(
                 f"{self.model_name}: zone={ZONE_NAMES[decision.zone]} mode={decision.mode} "
+                f"former={decision.former} "
                 f"score={s.zone_score:.2f} utilization={s.utilization:.2f} "
                 f"queue_depth={s.queue_depth} p99_cv={s.p99_cv:.2f} window_ms={s.window_ms:.2f}")
 

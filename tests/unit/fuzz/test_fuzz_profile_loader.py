@@ -53,7 +53,7 @@ T4_DOC = yaml.safe_load(T4_TEXT)
 SECTIONS = {"cost_model": CostModelConfig, "emulation": EmulationConfig,
             "scheduler": SchedulerConfig, "control": ControlConfig}
 TOP_KEYS = ["name", "description", "device_match", *SECTIONS]
-BOUNDS = getattr(profile_mod, "_BOUNDS", {})
+BOUNDS = profile_mod.BOUNDS
 ENTRY_MODES = getattr(profile_mod, "ENTRY_MODES", ("all", "weighted"))
 INFEASIBLE_POLICIES = getattr(profile_mod, "INFEASIBLE_POLICIES", ("serve_late", "reject"))
 

@@ -7,10 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler_core import scheduler as sched
-from scheduler_core.baselines import (DEADLINE_INFEASIBLE, AdaptiveCostBatcher, FixedWindow,
+from scheduler_core import policy as contract
+from scheduler_core.scheduler import Scheduler
+from scheduler_core.baselines import (AdaptiveCostBatcher, FixedWindow,
                                       TritonDynamicBatcher, fifo_prefix)
 from scheduler_core.cost_model import CostEstimator
+from scheduler_core.policy import RejectReason
 from scheduler_core.profile import CostModelConfig
 from scheduler_core.request import QueuedRequest
 
@@ -38,14 +40,15 @@ def ids(decision) -> list[int]:
     TritonDynamicBatcher(8), FixedWindow(5.0, 8), AdaptiveCostBatcher(CostEstimator(COST), 8)])
 def test_same_interface_as_the_scheduler(policy):
     # The parameters the simulator passes positionally are the scheduler's required ones.
-    for method in ("submit", "schedule", "batch_started", "batch_finished"):
+    assert isinstance(policy, contract.BatchingPolicy)
+    for method in ("submit", "schedule", "batch_started", "batch_finished", "tick", "drain"):
         theirs = [name for name, p in inspect.signature(
-            getattr(sched.Scheduler, method)).parameters.items() if p.default is p.empty]
+            getattr(Scheduler, method)).parameters.items() if p.default is p.empty]
         ours = list(inspect.signature(getattr(type(policy), method)).parameters)
         assert ours[:len(theirs)] == theirs, method
     assert policy.queue_depth == 0
     d = policy.schedule(0.0)
-    assert isinstance(d, sched.BatchDecision)
+    assert isinstance(d, contract.BatchDecision)
     assert d.batch == () and d.wake_at_s is None and d.reason == "idle"
 
 
@@ -54,7 +57,7 @@ def test_same_interface_as_the_scheduler(policy):
     AdaptiveCostBatcher(CostEstimator(COST), 8, max_queue_size=2)])
 def test_queue_bound_raises_queue_full(policy):
     fill(policy, [0.0, 0.001])
-    with pytest.raises(sched.QueueFull):
+    with pytest.raises(contract.QueueFull):
         policy.submit(req(9, 0.002), 0.002)
     assert policy.queue_depth == 2
 
@@ -160,7 +163,7 @@ def test_adaptive_sheds_a_request_that_cannot_make_its_deadline_even_alone():
     a.submit(req(0, 0.0, sla_ms=1.0), 0.0)  # alone it takes 1.5 ms > 1 ms
     a.submit(req(1, 0.0, sla_ms=100.0), 0.0)
     d = a.schedule(0.0)
-    assert [(r.request_id, why) for r, why in d.rejected] == [(0, DEADLINE_INFEASIBLE)]
+    assert [(r.request_id, why) for r, why in d.rejected] == [(0, RejectReason.INFEASIBLE)]
     assert 0 not in ids(d)
     assert a.queue_depth == (0 if d.batch else 1)
     assert a.shed == 1

@@ -20,8 +20,8 @@ from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import (ControlConfig, CostModelConfig, ProfileError, SchedulerConfig,
                                     profile_from_mapping)
 from scheduler_core.request import QueuedRequest
-from scheduler_core.scheduler import INFEASIBLE, INFEASIBLE_REASON, Scheduler
-from scheduler_core.zones import Zone
+from scheduler_core.policy import INFEASIBLE, RejectReason, Zone
+from scheduler_core.scheduler import Scheduler
 
 FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,
                     per_token_squared_ms=0.0)
@@ -388,7 +388,7 @@ def test_reject_policy_returns_infeasible_requests():
     assert [r.request_id for r, _ in d.rejected] == [0]
     reason = d.rejected[0][1]
     assert INFEASIBLE == "deadline infeasible"
-    assert reason == INFEASIBLE_REASON      # one fixed message: usable as a metric label
+    assert reason == RejectReason.INFEASIBLE      # one fixed message: usable as a metric label
     assert d.batch == () and d.reason == "wait"
     assert s.queue_depth == 2
     assert s.stats(0.0).rejected_infeasible == 1

@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import ControlConfig, CostModelConfig, SchedulerConfig
 from scheduler_core.request import QueuedRequest
-from scheduler_core.scheduler import QueueFull, Scheduler, take_fifo
+from scheduler_core.entry_queue import take_fifo
+from scheduler_core.policy import QueueFull
+from scheduler_core.scheduler import Scheduler
 
 # These tests pin down default dynamic batching (FIFO, elastic window, SLA guard): the
 # explicit-control layer is off; tests/unit/scheduler_core/test_explicit_control.py covers it.

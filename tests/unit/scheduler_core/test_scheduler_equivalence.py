@@ -1,10 +1,12 @@
-"""The optimised scheduler decides exactly as the one it replaced.
+"""The vectorised decision path decides exactly as the scalar one.
 
-``reference_scheduler.ReferenceScheduler`` is a frozen copy of ``Scheduler`` from before
-the decision path was optimised (it scores and sorts the whole queue on every call). Both
-are driven through the same simulated workloads - t4 and a100 profiles, padded and ragged
-cost, light load to 2x overload, every mode (default, explicit, emergency), both infeasible
-policies - and must agree bit for bit:
+The oracle is the product's own scalar code: a ``Scheduler`` whose ``small_queue``
+threshold is so high that every scan over the queue (urgency order, infeasible requests)
+runs in plain Python, as it does for small queues in production. It is driven beside one
+whose threshold is 0 (every scan vectorised) through the same simulated workloads - the
+shipped profiles as shipped (every rule on), padded and ragged cost, light load to 2x
+overload, every mode (default, explicit, emergency), both infeasible policies - and the
+two must agree bit for bit:
 
 * in lockstep (``Twin``): every ``schedule`` call returns an equal ``BatchDecision`` (the
   same batch in the same order, the same rejections, wake-up time, reason, estimate, zone
@@ -22,14 +24,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from reference_scheduler import ReferenceScheduler
 from scheduler_core import workload as W
-from scheduler_core.profile import load_profile, profile_path, with_emulation, with_overrides
+from scheduler_core.entry_queue import Entry, EntryQueue, exact_rank, urgency_order
+from scheduler_core.policy import QueueFull
+from scheduler_core.profile import load_profile, profile_path, with_emulation
 from scheduler_core.request import QueuedRequest
-from scheduler_core.scheduler import QueueFull, Scheduler, _Entry, _EntryQueue, _exact_rank
+from scheduler_core.scheduler import Scheduler
 from scheduler_core.simulator import capacity_rps, simulate
 
 PROFILE_DIR = "model_repository/emulated_explicit/profiles"
+SHIPPED = ("t4", "a100", "h100", "h200", "cpu", "cdna", "gaudi")
+SCALAR = 10 ** 12  # small_queue: every scan in plain Python (the oracle)
+VECTORISED = 0  # small_queue: every scan in numpy
 LENGTHS = W.LogNormalLengths(median=64.0, sigma=0.8, lo=16, hi=512)
 
 # Control variants: the shipped settings and ones that force or stress each mode.
@@ -49,16 +55,9 @@ CONTROLS = {
 }
 
 
-# Behaviour added after the reference was frozen, pinned to what the reference does: the
-# worth-its-wait rule off (always wait for the window), FIFO batching in the safe zone.
-PINNED = {"scheduler": {"wait_ms_per_saved_device_ms": 1e6},
-          "control": {"safe_zone_batching": "fifo"}}
-
-
 def _profile(name: str, cost_mode: str):
     p = load_profile(profile_path(PROFILE_DIR, name))
-    return with_overrides(with_emulation(p, {"cost_mode": cost_mode}, "test"), PINNED,
-                          "pinned to the reference")
+    return with_emulation(p, {"cost_mode": cost_mode}, "test")
 
 
 def _control(profile, variant: str):
@@ -66,14 +65,15 @@ def _control(profile, variant: str):
 
 
 class Twin:
-    """Drives the live and the reference scheduler in lockstep; any difference fails.
+    """Drives the vectorised (``live``) and the scalar (``ref``) scheduler in lockstep; any
+    difference fails.
 
     ``check_order``: before every third decision, also compare the urgency order itself
-    (the first ``k`` of the reference's full sort, for a few ``k``) and which requests in
-    it count as urgent.
+    (the vectorised first ``k`` against the scalar scan of the same queue, for a few ``k``)
+    and which requests in it count as urgent.
     """
 
-    def __init__(self, live: Scheduler, ref: ReferenceScheduler, check_order: bool = False):
+    def __init__(self, live: Scheduler, ref: Scheduler, check_order: bool = False):
         self.live, self.ref = live, ref
         self.check_order = check_order
         self.orders_checked = 0
@@ -111,17 +111,16 @@ class Twin:
     def _compare_order(self, now_s):
         self.live.tick(now_s)  # as schedule() would first (no-op the second time)
         self.ref.tick(now_s)
-        full = self.ref._urgency_order(now_s)
-        depth = len(full)
-        for k in {1, 7, 8 * self.live.cfg.max_batch_size, depth // 2 + 1, depth}:
-            urgent, feasible, slots, lengths = self.live._urgency_order(now_s, k)
-            entries = [self.live._queue.items[slot] for slot in slots]
-            want = full[:k]
-            threshold = self.live.control.urgent_threshold
-            assert urgent == [ok and u >= threshold for u, ok, _ in want], (now_s, k)
-            assert feasible == [ok for _, ok, _ in want]
-            assert lengths == [e.seq_len for _, _, e in want]
-            assert [e.req.request_id for e in entries] == [e.req.request_id for _, _, e in want]
+        live = self.live
+        queue = live._queue
+        depth = len(queue)
+        behind = depth >= live.cfg.max_batch_size
+        corr = live.estimator.correction
+        for k in {1, 7, 8 * live.cfg.max_batch_size, depth // 2 + 1, depth}:
+            got = urgency_order(queue, now_s, live.control, corr, behind, k, VECTORISED)
+            want = urgency_order(queue, now_s, live.control, corr, behind, k, SCALAR)
+            assert got == want, (now_s, k)
+            assert len(got[2]) == min(k, depth)
         self.orders_checked += 1
 
     def tick(self, now_s):
@@ -144,8 +143,8 @@ class Twin:
 
 
 def _pair(profile, control, time_scale=None):
-    return (Scheduler.from_profile(profile, time_scale, control),
-            ReferenceScheduler.from_profile(profile, time_scale, control))
+    return (Scheduler.from_profile(profile, time_scale, control, small_queue=VECTORISED),
+            Scheduler.from_profile(profile, time_scale, control, small_queue=SCALAR))
 
 
 def _assert_same_runs(profile, control, arrivals, time_scale=1.0, separately=True,
@@ -160,10 +159,10 @@ def _assert_same_runs(profile, control, arrivals, time_scale=1.0, separately=Tru
     if not separately:
         return twin
     # Separately, each with its own simulation: per-request outcomes.
-    got = simulate(Scheduler.from_profile(profile, time_scale, control), arrivals, cm, mode,
-                   time_scale)
-    want = simulate(ReferenceScheduler.from_profile(profile, time_scale, control), arrivals,
-                    cm, mode, time_scale)
+    got = simulate(Scheduler.from_profile(profile, time_scale, control, small_queue=VECTORISED),
+                   arrivals, cm, mode, time_scale)
+    want = simulate(Scheduler.from_profile(profile, time_scale, control, small_queue=SCALAR),
+                    arrivals, cm, mode, time_scale)
     assert got.dispatch_s == want.dispatch_s  # nan == nan holds inside tuples (identity)
     assert got.finish_s == want.finish_s
     assert got.outcome == want.outcome
@@ -201,6 +200,17 @@ def test_same_decisions_on_poisson_workloads(name, cost_mode, variant, load):
         assert twin.modes.get("explicit", 0) + twin.modes.get("emergency", 0) > 0
     elif variant == "emergency" and load >= 1.0:
         assert twin.modes.get("emergency", 0) > 0
+
+
+@pytest.mark.parametrize("cost_mode", ["padded", "ragged"])
+@pytest.mark.parametrize("name", SHIPPED)
+def test_same_decisions_on_every_shipped_profile(name, cost_mode):
+    """Every profile the project ships, as shipped, from light load to overload."""
+    profile = _profile(name, cost_mode)
+    for load in (0.3, 0.8, 1.5):
+        seed = zlib.crc32(f"{name} {cost_mode} {load}".encode()) % 10_000
+        _assert_same_runs(profile, profile.control, _workload(profile, load, 0.4, seed),
+                          check_order=True)
 
 
 @pytest.mark.parametrize("name", ["t4", "a100"])
@@ -302,12 +312,12 @@ def test_same_decisions_after_remove_and_drain():
 @given(st.lists(st.tuples(st.sampled_from(["append", "take_some", "take_first", "clear"]),
                           st.integers(0, 10_000)), max_size=400))
 def test_entry_queue_matches_a_list(ops):
-    q, model, counter = _EntryQueue(capacity=4), [], 0
+    q, model, counter = EntryQueue(capacity=4), [], 0
     for op, k in ops:
         if op == "append":
             for _ in range(1 + k % 40):
                 req = QueuedRequest(counter, 16 + k % 100, counter * 1e-3, 50.0 + k % 3)
-                e = _Entry(req, 0.0, 1.0 + k % 7, 2.0 + k % 5)
+                e = Entry(req, 0.0, 1.0 + k % 7, 2.0 + k % 5)
                 q.append(e)
                 model.append(e)
                 counter += 1
@@ -354,7 +364,7 @@ def test_exact_rank_orders_by_the_exact_score(rows, threshold):
         computed.append(i)
         return exact_scores[i]
 
-    order, urgent = _exact_rank(approx, feasible, threshold, exact)
+    order, urgent = exact_rank(approx, feasible, threshold, exact)
     want = sorted(range(len(rows)), key=lambda i: -exact_scores[i])  # stable
     assert order.tolist() == want
     assert urgent.tolist() == [bool(f) and e >= threshold
@@ -364,7 +374,7 @@ def test_exact_rank_orders_by_the_exact_score(rows, threshold):
 
 def test_exact_rank_computes_nothing_exactly_when_scores_are_apart():
     approx = np.array([0.1, 0.9, 0.3, -1.0, 0.6])
-    order, urgent = _exact_rank(approx, np.array([True, True, True, False, True]), 0.5,
+    order, urgent = exact_rank(approx, np.array([True, True, True, False, True]), 0.5,
                                 lambda i: pytest.fail("no exact score needed"))
     assert order.tolist() == [1, 4, 2, 0, 3]
     assert urgent.tolist() == [False, True, False, False, True]

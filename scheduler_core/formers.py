@@ -1,0 +1,233 @@
+"""Batch formers: which queued requests make the next batch (the execution layer).
+
+A former looks at the queue and the control state and proposes a ``Candidate``; the
+scheduler's dispatch rule then decides whether it goes now or waits. Formers are chosen by
+name from the profile (``control.safe_zone_batching``, ``control.explicit_former``,
+``control.emergency_former``) through ``make_former``, and the name travels with every
+decision into the logs and the metrics.
+
+* ``fifo``: Triton's default dynamic batching - the queue's prefix within the size and
+  padded-token limits.
+* ``length_aware``: the design's explicit control - urgency order, priority slots,
+  compute-aware splitting by length (padding waste), reserved capacity for urgent arrivals.
+* ``length_aware_emergency``: the same in the danger zone - small emergency batches for
+  urgent work while a burst is young, full efficient batches once behind, optional
+  dilution and stopping non-critical work.
+
+Pure: every call takes ``now_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import islice, repeat
+from typing import Protocol
+
+from .control_loop import ControlState
+from .cost_model import CostEstimator
+from .entry_queue import SMALL_QUEUE, Entry, EntryQueue, take_fifo, urgency_order
+from .policy import Reason
+from .profile import ControlConfig, SchedulerConfig
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A proposed batch, or a reason to hold everything (``hold_reason``)."""
+
+    entries: list[Entry]
+    estimated_ms: float  # corrected estimate of the batch's run time
+    full: bool  # no larger batch can be formed now: send it
+    immediate: str | None  # a Reason that sends it at once (flush, compensation, ...)
+    deadline_s: float  # the tightest feasible deadline among its members
+    hold_reason: str | None = None  # no batch now (e.g. dilution) ...
+    hold_until_s: float | None = None  # ... until then
+
+    @classmethod
+    def hold(cls, reason: str, until_s: float) -> "Candidate":
+        return cls([], 0.0, False, None, math.inf, reason, until_s)
+
+
+class BatchFormer(Protocol):
+    name: str
+
+    def form(self, queue: EntryQueue, state: ControlState, now_s: float,
+             flush: bool) -> Candidate:
+        """Propose the next batch from a non-empty ``queue``."""
+
+
+class FifoFormer:
+    """Default dynamic batching: the FIFO prefix."""
+
+    name = "fifo"
+
+    def __init__(self, cfg: SchedulerConfig, control: ControlConfig, estimator: CostEstimator,
+                 small_queue: int = SMALL_QUEUE):
+        self.cfg = cfg
+        self.estimator = estimator
+
+    def form(self, queue: EntryQueue, state: ControlState, now_s: float,
+             flush: bool) -> Candidate:
+        compensation = state.compensation_size > 0
+        cap = state.compensation_size if compensation else self.cfg.max_batch_size
+        entries = take_fifo(queue, cap, self.cfg.max_batch_tokens)
+        est_ms = self.estimator.estimate_ms([e.seq_len for e in entries])
+        full = len(entries) < len(queue) or len(entries) >= cap
+        immediate = Reason.FLUSH if flush else (Reason.COMPENSATION if compensation else None)
+        deadline = min(e.deadline_s for e in entries)
+        return Candidate(entries, est_ms, full and not compensation, immediate, deadline)
+
+
+class LengthAwareFormer:
+    """Explicit control: urgency order, priority slots, compute-aware splitting by length,
+    reserved capacity."""
+
+    name = "length_aware"
+    emergency = False
+
+    def __init__(self, cfg: SchedulerConfig, control: ControlConfig, estimator: CostEstimator,
+                 small_queue: int = SMALL_QUEUE):
+        self.cfg = cfg
+        self.control = control
+        self.estimator = estimator
+        self.small_queue = small_queue
+
+    def _limits(self, queue: EntryQueue, state: ControlState, now_s: float,
+                urgent_first: bool) -> tuple[int, float, bool, Candidate | None]:
+        """(size cap, duration cap in ms, urgent lane?, or a hold) for this batch."""
+        ctl = self.control
+        compensation = state.compensation_size > 0
+        size_cap = state.compensation_size if compensation else self.cfg.max_batch_size
+        duration_cap_ms = math.inf
+        if not self.emergency and not compensation and state.tightest_sla_ms:
+            duration_cap_ms = (1.0 - ctl.reserved_capacity) * 0.5 * state.tightest_sla_ms
+        urgent_lane = False
+        if self.emergency and not compensation:
+            # A burst (not yet a full batch behind): small batches for the most urgent.
+            # Once behind, only full, efficient batches keep the device ahead of the queue.
+            if len(queue) < self.cfg.max_batch_size and urgent_first:
+                size_cap = min(size_cap, ctl.emergency_batch_size)
+                urgent_lane = True
+            gap_end_s = state.last_finish_s + ctl.dilution_gap_ms / 1000.0
+            if ctl.dilution and now_s < gap_end_s:
+                return size_cap, duration_cap_ms, urgent_lane, Candidate.hold(
+                    Reason.DILUTION, gap_end_s)
+        return size_cap, duration_cap_ms, urgent_lane, None
+
+    def form(self, queue: EntryQueue, state: ControlState, now_s: float,
+             flush: bool) -> Candidate:
+        # One function on purpose: the candidate loop below runs up to 8 * size_cap times
+        # per decision, so its limits, the cost formula and its state stay in locals
+        # (splitting it costs a call and attribute reads per candidate; measured with
+        # scripts/bench_decision.py).
+        cfg, ctl, est = self.cfg, self.control, self.estimator
+        padded = est.cost_mode == "padded"
+        compensation = state.compensation_size > 0
+        cap = state.compensation_size if compensation else cfg.max_batch_size
+        # Looking far down the urgency order buys little: the scan is bounded to the
+        # 8 * size_cap most urgent (seed included).
+        urgent_flags, feasible, top, lengths = urgency_order(
+            queue, now_s, ctl, est.correction, len(queue) >= cfg.max_batch_size, 8 * cap,
+            self.small_queue)
+        size_cap, duration_cap_ms, urgent_lane, hold = self._limits(
+            queue, state, now_s, urgent_flags[0])
+        if hold is not None:
+            return hold
+        items = queue.items
+
+        seed_ok, seed = feasible[0], items[top[0]]
+        members = [top[0]]
+        longest = real = seed.seq_len
+        squared = real * real
+        deadline = seed.deadline_s if seed_ok else math.inf
+        priority_slots = ctl.priority_slots
+        stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
+        noncritical_ms = ctl.noncritical_sla_ms
+        seed_noncritical = seed.req.sla_ms >= noncritical_ms
+        max_waste = ctl.max_padding_waste
+        check_waste = padded and not compensation
+        max_tokens = cfg.max_batch_tokens
+        est_ms = est.estimate_parts_ms(1, longest, real, squared)
+        # est.estimate_parts_ms inlined (the same float operations, in the same order):
+        # this loop runs up to 8 * size_cap times per decision.
+        cm = est.cfg
+        fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
+                                           cm.per_token_squared_ms)
+        scale, corr = est.time_scale, est.correction
+        # The seed and the candidates after it, most urgent first (none for a batch of one).
+        stop = 8 * size_cap if size_cap > 1 else 1
+        # Urgency matters only for priority slots and the urgent lane.
+        urgent_flags = (islice(urgent_flags, 1, stop) if priority_slots > 0 or urgent_lane
+                        else repeat(False))
+        filtering = urgent_lane or stop_noncritical
+        size = 2  # the batch's size if the next candidate joins
+        span = longest * size  # its padded tokens if the candidate is not longer
+        # Every check below only skips a candidate, so their order is free: the cheapest
+        # and most selective first (padding waste rejects most candidates).
+        for urgent, ok, n, slot in zip(urgent_flags, islice(feasible, 1, stop),
+                                       islice(lengths, 1, stop), islice(top, 1, stop)):
+            if n <= longest:
+                new_longest, new_span = longest, span
+            else:
+                new_longest, new_span = n, n * size
+            # Compute-aware splitting (padded): too much padding, unless on a priority slot.
+            if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
+                    urgent and priority_slots > 0):
+                continue
+            if new_span > max_tokens:
+                continue
+            if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
+                    seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
+                continue
+            if padded:
+                candidate_ms = (fixed + per_seq * size + per_tok * new_span
+                                + per_sq * (new_span * new_longest)) * scale * corr
+            else:
+                candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
+                                + per_sq * (squared + n * n)) * scale * corr
+            if candidate_ms > duration_cap_ms:
+                continue
+            if ok:
+                due = items[slot].deadline_s
+                bound = deadline if deadline <= due else due
+            else:
+                bound = deadline
+            if now_s + candidate_ms / 1000.0 > bound:
+                continue  # adding it would make a member miss: leave it for another batch
+            members.append(slot)
+            longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
+                                                        bound, candidate_ms)
+            if urgent and priority_slots > 0:
+                priority_slots -= 1
+            size += 1
+            if size > size_cap:
+                break
+            span = longest * size
+        members = [items[slot] for slot in members]
+
+        immediate = (Reason.FLUSH if flush else Reason.COMPENSATION if compensation
+                     else Reason.EMERGENCY if urgent_lane
+                     else Reason.DRAIN if self.emergency else None)
+        full = len(members) >= size_cap and not compensation and not urgent_lane
+        return Candidate(members, est_ms, full, immediate, deadline)
+
+
+class EmergencyLengthAwareFormer(LengthAwareFormer):
+    """The danger zone's emergency policy on the length-aware former."""
+
+    name = "length_aware_emergency"
+    emergency = True
+
+
+FORMERS = {cls.name: cls for cls in (FifoFormer, LengthAwareFormer, EmergencyLengthAwareFormer)}
+
+
+def make_former(name: str, cfg: SchedulerConfig, control: ControlConfig,
+                estimator: CostEstimator, small_queue: int = SMALL_QUEUE) -> BatchFormer:
+    """The former called ``name``; ``ValueError`` naming the known ones otherwise."""
+    try:
+        cls = FORMERS[name]
+    except KeyError:
+        raise ValueError(f"unknown batch former {name!r}; expected one of "
+                         f"{sorted(FORMERS)}") from None
+    return cls(cfg, control, estimator, small_queue)
