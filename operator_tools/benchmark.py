@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 from scheduler_core.stats import percentile
 
-from .loadgen import OK
+from .records import OK
 
 KNEE_ATTAINMENT = 0.99
 

@@ -69,7 +69,7 @@ import shutil
 import tempfile
 import time
 import urllib.error
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import click
@@ -83,6 +83,7 @@ from . import perf_analyzer as pa
 from . import report
 from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, busy_series, counter_busy,
                       default_metrics_url, get_json, inside, model_sampler, padding_waste)
+from .records import RequestRecord
 from .simulate_cmd import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                            load_workload_spec, parse_float_list)
 
@@ -175,26 +176,13 @@ def model_info(http_base: str, model: str) -> ModelInfo:
 # -- segments -----------------------------------------------------------------------------------
 
 @dataclass
-class LiveRequest:
-    scheduled_ms: float  # trace offset of this send
-    sent_ns: int
-    response_ns: int | None
-    seq_len: int
-    sla_ms: float
-
-    @property
-    def latency_ms(self) -> float | None:
-        return None if self.response_ns is None else (self.response_ns - self.sent_ns) / 1e6
-
-
-@dataclass
 class Segment:
     index: int
     model: str
     role: str  # "explicit" or "native"
     planned: int
     run: pa.TraceRun | None = None
-    requests: list[LiveRequest] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
     start_ns: int | None = None
     end_ns: int | None = None
     unmatched: int = 0  # exported requests whose input matches no trace entry
@@ -229,8 +217,8 @@ def match_requests(segment: Segment, scheduled_ms: Sequence[float],
             segment.unmatched += 1
             continue
         seq_len, sla = entry
-        segment.requests.append(LiveRequest(scheduled_ms[k % len(scheduled_ms)], r.sent_ns,
-                                            r.response_ns, seq_len, sla))
+        segment.requests.append(replace(r, scheduled_s=scheduled_ms[k % len(scheduled_ms)] / 1e3,
+                                        seq_len=seq_len, sla_ms=sla))
 
 
 # -- inputs -------------------------------------------------------------------------------------
@@ -283,7 +271,7 @@ def summarise_model(role: str, model: str, segments: Sequence[Segment], samples,
     busy = inside(series, spans)
     lags = []
     for s in mine:
-        lags += [(r.sent_ns - s.start_ns) / 1e6 - r.scheduled_ms for r in s.requests]
+        lags += [(r.sent_ns - s.start_ns) / 1e6 - r.scheduled_s * 1e3 for r in s.requests]
     duration_s = sum((e - s) / 1e9 for s, e in spans)
     summary = report.summarise_requests(
         role, [r.sla_ms for r in requests], [r.latency_ms for r in requests], duration_s,
@@ -326,7 +314,7 @@ def write_requests_csv(path: str, segments: Sequence[Segment], t0_ns: int) -> No
         for s in segments:
             for r in s.requests:
                 lat = r.latency_ms
-                w.writerow([s.index, s.model, f"{r.scheduled_ms:.3f}",
+                w.writerow([s.index, s.model, f"{r.scheduled_s * 1e3:.3f}",
                             f"{(r.sent_ns - t0_ns) / 1e6:.3f}",
                             "" if lat is None else f"{lat:.3f}", r.seq_len, f"{r.sla_ms:g}",
                             "" if lat is None else int(lat <= r.sla_ms)])

@@ -25,6 +25,7 @@ from triton_backend.metric_catalog import PREFIX
 
 from .measure import PeriodicSampler, scrape
 from .perf_analyzer import PerfResult, run_request_rate
+from .records import RequestRecord
 
 # perf_analyzer stops a run whose latency is "not stabilizing" (exit 2, no result), which
 # is exactly the overload a calibration sweep must reach: accept any windows as stable.
@@ -299,13 +300,6 @@ class ModelControl:
 # -- one perf_analyzer run with its per-request export ----------------------------------
 
 @dataclass(frozen=True)
-class RequestRecord:
-    sent_s: float  # wall-clock seconds
-    latency_ms: float
-    sla_ms: float | None
-
-
-@dataclass(frozen=True)
 class LoadRun:
     """One perf_analyzer run: its summary, every measured request, and the measurement
     windows (wall-clock seconds; empty when perf_analyzer exported none)."""
@@ -367,8 +361,9 @@ def read_measured_requests(path: str) -> tuple[list[RequestRecord], list[float]]
             sla = (req.get("request_inputs") or {}).get("SLA_MS")
             if isinstance(sla, list):
                 sla = sla[0] if sla else None
-            records.append(RequestRecord(sent, (responses[-1] - req["timestamp"]) / 1e6,
-                                         float(sla) if sla is not None else None))
+            records.append(RequestRecord(latency_ms=(responses[-1] - req["timestamp"]) / 1e6,
+                                         sla_ms=float(sla) if sla is not None else None,
+                                         sent_s=sent))
     return records, windows
 
 

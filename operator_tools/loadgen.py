@@ -40,10 +40,9 @@ import numpy as np
 
 from scheduler_core.stats import percentile
 
-OK = "ok"
-LOST = "LOST"
-CLIENT_TIMEOUT = "DEADLINE_EXCEEDED"  # with client_timeout_s: the client's own deadline
-SEND_FAILED = "SEND_FAILED"  # async_infer itself raised (the call never left the client)
+from .records import (CLIENT_TIMEOUT, LOST, OK, SEND_FAILED, RequestRecord, answer_latency_ms,
+                      timed_record)
+
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 CLS_ID, SEP_ID = 101, 102
 
@@ -87,23 +86,6 @@ def concat_phases(phases: Sequence[Sequence[Any]], durations_s: Sequence[float]
                    for a in arrivals)
         offset += duration
     return out
-
-
-@dataclass
-class RequestRecord:
-    scheduled_s: float  # from the start of the run
-    sent_s: float | None  # actual send time (None: never sent)
-    response_s: float | None  # None: no response by the end of the drain wait
-    outcome: str  # "ok", a gRPC status code name, LOST or SEND_FAILED
-    message: str = ""
-    seq_len: int = 0
-    sla_ms: float | None = None
-
-    @property
-    def latency_ms(self) -> float | None:
-        if self.sent_s is None or self.response_s is None:
-            return None
-        return (self.response_s - self.sent_s) * 1000.0
 
 
 @dataclass
@@ -224,10 +206,10 @@ class LoadResult:
         """The requests scheduled in [start_s, end_s) as a result of their own, with times
         measured from ``start_s``."""
         recs = [r for r in self.records if start_s <= r.scheduled_s < end_s]
-        recs = [RequestRecord(r.scheduled_s - start_s,
-                              None if r.sent_s is None else r.sent_s - start_s,
-                              None if r.response_s is None else r.response_s - start_s,
-                              r.outcome, r.message, r.seq_len, r.sla_ms) for r in recs]
+        recs = [timed_record(r.scheduled_s - start_s,
+                             None if r.sent_s is None else r.sent_s - start_s,
+                             None if r.response_s is None else r.response_s - start_s,
+                             r.outcome, r.message, r.seq_len, r.sla_ms) for r in recs]
         return LoadResult(self.model, self.url, len(recs), end_s - start_s, recs,
                           self.bucket_s, self.drain_s, 0, self.client_timeout_s)
 
@@ -451,8 +433,8 @@ class LoadGenerator:
             except Exception:
                 pass
 
-        records = [RequestRecord(scheduled[i], sent[i] if not math.isnan(sent[i]) else None,
-                                 None, LOST, "", int(a.seq_len), getattr(a, "sla_ms", None))
+        records = [timed_record(scheduled[i], sent[i] if not math.isnan(sent[i]) else None,
+                                None, LOST, "", int(a.seq_len), getattr(a, "sla_ms", None))
                    for i, a in enumerate(schedule)]
         for i, msg in send_errors.items():
             records[i].outcome, records[i].message = SEND_FAILED, msg
@@ -463,6 +445,7 @@ class LoadGenerator:
                 duplicates += 1
                 continue
             r.response_s = t - t0
+            r.latency_ms = answer_latency_ms(r.sent_s, r.response_s)
             if error is None:
                 r.outcome = OK
             else:

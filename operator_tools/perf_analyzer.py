@@ -8,7 +8,7 @@ Three ways to drive it:
 * :func:`replay_trace`: one replay of a recorded arrival trace (``--request-intervals``,
   exactly ``--request-count`` requests, no warm-up), read back from the profile export
   (``--profile-export-file``): every request's send and response timestamps and the
-  inputs it carried (:class:`ExportedRequest`).
+  inputs it carried (``records.RequestRecord``, its wall-clock nanoseconds exact).
 * :func:`load_sweep`: a request-rate sweep definition (YAML) turned into the options of
   one perf_analyzer run per rate.
 
@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import yaml
+
+from .records import RequestRecord, exported_record
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRAPPER = os.path.join(REPO_ROOT, "scripts", "perf_analyzer")
@@ -88,17 +90,6 @@ def markdown_table(results: list[PerfResult]) -> str:
 # -- trace replay with the profile export ---------------------------------------------------
 
 @dataclass(frozen=True)
-class ExportedRequest:
-    """One request of a profile export: wall-clock send time and last response time (ns,
-    perf_analyzer's system clock), and the inputs it carried."""
-
-    sent_ns: int
-    response_ns: int | None  # None: no response recorded
-    input_ids: tuple[int, ...]
-    sla_ms: float | None  # the SLA_MS input it carried, if any
-
-
-@dataclass(frozen=True)
 class TraceRun:
     """One ``--request-intervals`` replay. ``error`` is set when perf_analyzer failed
     (then ``requests`` is empty)."""
@@ -108,7 +99,7 @@ class TraceRun:
     returncode: int
     output: str = field(repr=False)
     window_start_ns: int | None  # the schedule's time 0 (the export's first window boundary)
-    requests: tuple[ExportedRequest, ...] = field(repr=False)
+    requests: tuple[RequestRecord, ...] = field(repr=False)
     error: str | None = None
 
     @property
@@ -133,7 +124,7 @@ def _first_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def read_profile_export(path: str) -> tuple[int | None, list[ExportedRequest]]:
+def read_profile_export(path: str) -> tuple[int | None, list[RequestRecord]]:
     """(start of the first measurement window in ns, requests sorted by send time) of a
     perf_analyzer 2.51 ``--profile-export-file`` (last experiment)."""
     with open(path, encoding="utf-8") as fh:
@@ -149,7 +140,7 @@ def read_profile_export(path: str) -> tuple[int | None, list[ExportedRequest]]:
     for r in raw:
         inputs = r.get("request_inputs") or {}
         responses = r.get("response_timestamps") or []
-        out.append(ExportedRequest(
+        out.append(exported_record(
             sent_ns=int(r["timestamp"]),
             response_ns=int(responses[-1]) if responses else None,
             input_ids=_flat_ints(inputs.get("INPUT_IDS", [])),

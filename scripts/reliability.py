@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from operator_tools.loadgen import LoadGenerator, LoadResult, OK, concat_phases  # noqa: E402
+from operator_tools.loadgen import LoadGenerator, LoadResult, concat_phases  # noqa: E402
+from operator_tools.records import OK  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402

@@ -6,7 +6,8 @@ import pytest
 
 from operator_tools import bench_report as R
 from operator_tools import benchmark as B
-from operator_tools.loadgen import LoadResult, RequestRecord
+from operator_tools.loadgen import LoadResult
+from operator_tools.records import timed_record
 from scheduler_core import baselines
 from scheduler_core import workload as W
 from scheduler_core.profile import load_profile, profile_path
@@ -18,7 +19,7 @@ PROFILES = "model_repository/emulated_explicit/profiles"
 def rec(t, latency_ms, outcome="ok", sla=100.0, seq_len=64):
     sent = t
     resp = None if latency_ms is None else t + latency_ms / 1000.0
-    return RequestRecord(t, sent, resp, outcome, "", seq_len, sla)
+    return timed_record(t, sent, resp, outcome, "", seq_len, sla)
 
 
 def result(records, duration_s=1.0):

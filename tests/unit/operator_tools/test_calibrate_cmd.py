@@ -13,9 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from operator_tools import calibrate_cmd as cal
-from operator_tools.live import (LoadRefused, LoadRun, PluginSnapshot, RequestRecord, Series,
+from operator_tools.live import (LoadRefused, LoadRun, PluginSnapshot, Series,
                                  read_measured_requests)
 from operator_tools.perf_analyzer import PerfResult
+from operator_tools.records import RequestRecord
 from scheduler_core.profile import ControlConfig, ProfileError, load_profile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -145,7 +146,8 @@ def synthetic_run(rate: float, cv: float, t0: float = 1000.0, sla_ms: float = 10
     """3 one-second windows; every request of second k has latency base*(1+(k-1)*cv), so
     the per-second P99s have exactly coefficient of variation ``cv``."""
     n = max(3, int(rate))
-    requests = [RequestRecord(t0 + k + (i + 0.5) / n, base_ms * (1 + (k - 1) * cv), sla_ms)
+    requests = [RequestRecord(latency_ms=base_ms * (1 + (k - 1) * cv), sla_ms=sla_ms,
+                              sent_s=t0 + k + (i + 0.5) / n)
                 for k in range(3) for i in range(n)]
     perf = PerfResult("emulated_explicit", rate, float(rate), base_ms, base_ms * 1.5,
                       base_ms * (1 + cv), 0.1, True, "")

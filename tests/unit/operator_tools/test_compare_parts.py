@@ -11,17 +11,18 @@ import pytest
 from operator_tools import compare_cmd as C
 from operator_tools import perf_analyzer as pa
 from operator_tools import report
+from operator_tools.records import exported_record
 
 def test_match_requests_by_content_and_send_order():
     entries = {(101, 5, 102): (3, 250.0), (101, 6, 7, 102): (4, 500.0)}
     run = pa.TraceRun("m", ("pa",), 0, "", 1_000_000_000, (
-        pa.ExportedRequest(1_010_000_000, 1_030_000_000, (101, 5, 102), 250.0),
-        pa.ExportedRequest(1_021_000_000, None, (101, 6, 7, 102), None),
-        pa.ExportedRequest(1_040_000_000, 1_050_000_000, (101, 9, 102), None)))
+        exported_record(1_010_000_000, 1_030_000_000, (101, 5, 102), 250.0),
+        exported_record(1_021_000_000, None, (101, 6, 7, 102), None),
+        exported_record(1_040_000_000, 1_050_000_000, (101, 9, 102), None)))
     seg = C.Segment(0, "m", "native", planned=3, run=run)
     C.match_requests(seg, [10.0, 20.0, 30.0], entries)
     assert seg.unmatched == 1
-    assert [(r.scheduled_ms, r.sla_ms, r.seq_len, r.latency_ms) for r in seg.requests] == [
+    assert [(r.scheduled_s * 1e3, r.sla_ms, r.seq_len, r.latency_ms) for r in seg.requests] == [
         (10.0, 250.0, 3, 20.0), (20.0, 500.0, 4, None)]
     assert (seg.start_ns, seg.end_ns) == (1_000_000_000, 1_050_000_000)
     assert seg.lost == 1  # planned 3, two answered (one of them matched no entry)

@@ -12,8 +12,9 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from operator_tools.loadgen import (LOST, OK, Arrival, LoadGenerator, LoadResult, RequestRecord,
-                                    check_local_url, concat_phases, fixed_rate)
+from operator_tools.loadgen import (Arrival, LoadGenerator, LoadResult, check_local_url,
+                                    concat_phases, fixed_rate)
+from operator_tools.records import LOST, OK, timed_record
 from scheduler_core.stats import percentile
 
 
@@ -99,9 +100,9 @@ def test_bounds_on_count_and_duration(fake):
 
 
 def test_aggregates_and_buckets():
-    recs = [RequestRecord(0.1, 0.1, 0.2, OK), RequestRecord(0.5, 0.51, 0.61, OK),
-            RequestRecord(1.2, 1.2, 1.25, "UNAVAILABLE", "queue full"),
-            RequestRecord(1.5, 1.5, None, LOST)]
+    recs = [timed_record(0.1, 0.1, 0.2, OK), timed_record(0.5, 0.51, 0.61, OK),
+            timed_record(1.2, 1.2, 1.25, "UNAVAILABLE", "queue full"),
+            timed_record(1.5, 1.5, None, LOST)]
     r = LoadResult("m", "localhost:1", 4, 2.0, recs)
     assert (r.sent, r.ok, r.errors, r.lost, r.responses) == (4, 2, 1, 1, 3)
     assert r.p50_ms == pytest.approx(100.0)

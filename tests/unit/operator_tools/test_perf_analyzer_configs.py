@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from operator_tools import perf_analyzer as pa
+from operator_tools.records import exported_record
 from scheduler_core import workload as W
 
 CONFIGS = pa.CONFIGS_DIR
@@ -144,8 +145,8 @@ def test_read_profile_export(tmp_path):
     start, requests = pa.read_profile_export(str(path))
     assert start == 1000
     assert [r.sent_ns for r in requests] == [2000, 3000]  # sorted by send time
-    assert requests[0] == pa.ExportedRequest(2000, None, (101, 7, 102), None)
-    assert requests[1] == pa.ExportedRequest(3000, 4000, (101, 5, 102), 250.0)
+    assert requests[0] == exported_record(2000, None, (101, 7, 102), None)
+    assert requests[1] == exported_record(3000, 4000, (101, 5, 102), 250.0)
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a perf_analyzer profile export"):
         pa.read_profile_export(str(path))
