@@ -84,8 +84,8 @@ from . import report
 from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, busy_series, counter_busy,
                       default_metrics_url, get_json, inside, model_sampler, padding_waste)
 from .records import RequestRecord
-from .simulate_cmd import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
-                           load_workload_spec, parse_float_list)
+from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
+                            load_workload_spec, parse_float_list)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
