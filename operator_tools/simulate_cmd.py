@@ -246,6 +246,153 @@ def write_profile_file(profile: HardwareProfile, path: str, header: str) -> Hard
     return load_profile(path)
 
 
+# -- the command's steps ------------------------------------------------------------------------
+
+def _check_options(request_intervals, input_data, write_profile, do_tune, baselines
+                   ) -> list[str]:
+    """The baselines asked for; UsageError for options that do not go together."""
+    if (request_intervals is None) != (input_data is None):
+        raise click.UsageError("--request-intervals and --input-data go together")
+    if write_profile and not do_tune:
+        raise click.UsageError("--write-profile needs --tune")
+    kinds = [b.strip() for b in baselines.split(",") if b.strip()]
+    for b in kinds:
+        if b not in BASELINES:
+            raise click.BadParameter(f"{b!r} is not one of {', '.join(BASELINES)}",
+                                     param_hint="--baselines")
+    return kinds
+
+
+def _read_workload(workload_path, arrival, rate, arrival_param, lengths, sla_classes,
+                   duration_s, seed, profile, time_scale, request_intervals, input_data):
+    """(spec, profile, time scale, arrivals, the workload's description) from the spec
+    file and the options, or from a perf_analyzer trace."""
+    try:
+        spec = load_workload_spec(workload_path or DEFAULT_WORKLOAD)
+        spec = apply_overrides(
+            spec, arrival=arrival, arrival_params=parse_params(arrival_param, "--arrival-param"),
+            rate=rate, lengths=lengths,
+            sla_classes=parse_float_list(sla_classes, "--sla-classes") if sla_classes else None,
+            duration_s=duration_s, seed=seed, profile=profile, time_scale=time_scale)
+        prof = resolve_profile(spec.profile)
+        scale = spec.time_scale if spec.time_scale is not None else prof.emulation.time_scale
+        if request_intervals:
+            arrivals = trace_arrivals(request_intervals, input_data, scale,
+                                      prof.scheduler.default_sla_ms)
+            workload_text = (f"perf_analyzer trace `{request_intervals}` with `{input_data}` "
+                             f"(send k uses data entry k, cycling), {len(arrivals):,} requests "
+                             f"over {arrivals[-1].time_s:.1f} s (mean "
+                             f"{len(arrivals) / max(arrivals[-1].time_s, 1e-9):,.1f} req/s), "
+                             f"SLAs x time scale {scale:g}")
+        else:
+            arrivals = spec.arrivals(scale)
+            workload_text = spec.describe(scale) + f", {len(arrivals):,} requests"
+    except (SpecError, ProfileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if not arrivals:
+        raise click.ClickException("the workload holds no requests (rate or duration too small)")
+    return spec, prof, scale, arrivals, workload_text
+
+
+def _header_lines(prof: HardwareProfile, scale: float, arrivals, workload_text: str,
+                  native: tuple[int, int], kinds: Sequence[str], cap: float, fifo: float
+                  ) -> list[str]:
+    """The report's title and what was simulated: device, workload, load, policies."""
+    offered = len(arrivals) / max(arrivals[-1].time_s, 1e-9)
+    return [
+        f"# Simulated: explicit control vs Triton's batcher model ({prof.name}, EMULATED)",
+        "",
+        f"Command: `{report.command_line(click.get_current_context())}`",
+        "",
+        f"- Device: the **EMULATED** cost model of profile `{prof.name}` ({prof.description}; "
+        f"{prof.source}), cost mode {prof.emulation.cost_mode}, time scale {scale:g}: "
+        f"simulated, not measured.",
+        f"- Workload: {workload_text}.",
+        f"- Offered {offered:,.1f} req/s = {offered / cap:.0%} of capacity ({cap:,.0f} req/s: "
+        f"full batches of similar lengths) and {offered / fifo:.0%} of the FIFO figure "
+        f"({fifo:,.0f} req/s: full batches in arrival order, what a FIFO batcher reaches "
+        f"at best).",
+        f"- explicit = `Scheduler.from_profile({prof.name})`; native = Triton's dynamic "
+        f"batcher model (`TritonDynamicBatcher`, max_batch_size {native[0]}, "
+        f"max_queue_delay_microseconds {native[1]}, as in emulated_native's config)"
+        + ("; fixed-window = `FixedWindow(base_window_ms)`" if "fixed-window" in kinds else "")
+        + ("; adaptive = `AdaptiveCostBatcher` (BentoML-style)" if "adaptive" in kinds else "")
+        + ".",
+        "",
+    ]
+
+
+def _tune_grid_from_options(prof: HardwareProfile, alphas, betas, windows):
+    """(alpha grid, beta grid, window grid, every setting), each setting validated."""
+    s = prof.scheduler
+    try:
+        a_grid = parse_float_list(alphas, "--alphas") if alphas else TUNE_ALPHAS
+        b_grid = parse_float_list(betas, "--betas") if betas else TUNE_BETAS
+        w_grid = (parse_float_list(windows, "--windows") if windows else
+                  tuple(sorted({min(max(s.base_window_ms * f, s.min_window_ms),
+                                    s.max_window_ms) for f in TUNE_WINDOW_FACTORS})))
+        grid = tune_grid(prof, a_grid, b_grid, w_grid)
+        for a, b, w in grid:  # validate every setting before the first simulation
+            tuned_profile(prof, a, b, w)
+    except ProfileError as exc:
+        raise click.ClickException(str(exc)) from None
+    return a_grid, b_grid, w_grid, grid
+
+
+def _tune_section(prof: HardwareProfile, scale: float, arrivals, native, alphas, betas,
+                  windows, top, write_profile, jobs, no_progress):
+    """(the report's tuning section, the tuned explicit policy's summary row); writes the
+    best setting as a profile file when asked."""
+    s = prof.scheduler
+    a_grid, b_grid, w_grid, grid = _tune_grid_from_options(prof, alphas, betas, windows)
+    results = tune(prof, scale, arrivals, grid, jobs=jobs, progress=not no_progress)
+    best = results[0]
+    own = next(r for r in results if r.is_profile)
+    best_profile = tuned_profile(prof, best.alpha, best.beta, best.base_window_ms)
+    out = [
+        f"## Tuning the elastic window: {len(grid)} settings by goodput",
+        "",
+        f"Grid: alpha {{{', '.join(f'{x:g}' for x in a_grid)}}} x beta "
+        f"{{{', '.join(f'{x:g}' for x in b_grid)}}} x base_window_ms "
+        f"{{{', '.join(f'{x:g}' for x in w_grid)}}}, plus the profile's own "
+        f"(alpha {s.alpha:g}, beta {s.beta:g}, base_window_ms {s.base_window_ms:g}). "
+        f"Ranked by goodput, then SLA attainment, then P99.",
+        "",
+        tune_table(results, top),
+        "",
+        f"Best: alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
+        f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
+        f"{own.goodput_rps:,.1f} with the profile's own setting.",
+        "",
+    ]
+    if write_profile:
+        out += _write_tuned_profile(prof, scale, best, own, best_profile, write_profile)
+    row = report.from_sim(run_policy("explicit", best_profile, scale, arrivals, native),
+                          "explicit (tuned)")
+    return out, row
+
+
+def _write_tuned_profile(prof: HardwareProfile, scale: float, best, own,
+                         best_profile: HardwareProfile, write_profile: str) -> list[str]:
+    """Write ``best_profile`` to ``write_profile`` with a header that says how it was
+    tuned; the report's line about it."""
+    header = (f"Profile {prof.name} with the elastic window tuned by\n"
+              f"  {report.command_line(click.get_current_context())}\n"
+              f"alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
+              f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
+              f"{own.goodput_rps:,.1f} with the profile's own setting,\n"
+              f"simulated on the EMULATED device at time scale {scale:g} "
+              f"(base_window_ms is in that time scale's milliseconds).\n"
+              f"Everything else is {prof.source} as it was, except device_match:\n"
+              f"empty, so select this profile by name (model parameter "
+              f"hardware_profile or EXPLICIT_BATCHING_PROFILE).")
+    try:
+        written = write_profile_file(best_profile, write_profile, header)
+    except (OSError, ProfileError) as exc:
+        raise click.ClickException(f"--write-profile: {exc}") from None
+    return [f"Wrote the best setting to `{write_profile}` (profile `{written.name}`).", ""]
+
+
 # -- the command --------------------------------------------------------------------------------
 
 @click.command(name="simulate")
@@ -298,119 +445,21 @@ def command(workload_path, arrival, rate, arrival_param, lengths, sla_classes, d
     Deterministic: the same arguments print the same table. --tune grid-searches the
     elastic window (alpha, beta, base_window_ms) by goodput.
     """
-    if (request_intervals is None) != (input_data is None):
-        raise click.UsageError("--request-intervals and --input-data go together")
-    if write_profile and not do_tune:
-        raise click.UsageError("--write-profile needs --tune")
-    kinds = [b.strip() for b in baselines.split(",") if b.strip()]
-    for b in kinds:
-        if b not in BASELINES:
-            raise click.BadParameter(f"{b!r} is not one of {', '.join(BASELINES)}",
-                                     param_hint="--baselines")
-    try:
-        spec = load_workload_spec(workload_path or DEFAULT_WORKLOAD)
-        spec = apply_overrides(
-            spec, arrival=arrival, arrival_params=parse_params(arrival_param, "--arrival-param"),
-            rate=rate, lengths=lengths,
-            sla_classes=parse_float_list(sla_classes, "--sla-classes") if sla_classes else None,
-            duration_s=duration_s, seed=seed, profile=profile, time_scale=time_scale)
-        prof = resolve_profile(spec.profile)
-        scale = spec.time_scale if spec.time_scale is not None else prof.emulation.time_scale
-        if request_intervals:
-            arrivals = trace_arrivals(request_intervals, input_data, scale,
-                                      prof.scheduler.default_sla_ms)
-            workload_text = (f"perf_analyzer trace `{request_intervals}` with `{input_data}` "
-                             f"(send k uses data entry k, cycling), {len(arrivals):,} requests "
-                             f"over {arrivals[-1].time_s:.1f} s (mean "
-                             f"{len(arrivals) / max(arrivals[-1].time_s, 1e-9):,.1f} req/s), "
-                             f"SLAs x time scale {scale:g}")
-        else:
-            arrivals = spec.arrivals(scale)
-            workload_text = spec.describe(scale) + f", {len(arrivals):,} requests"
-    except (SpecError, ProfileError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    if not arrivals:
-        raise click.ClickException("the workload holds no requests (rate or duration too small)")
+    kinds = _check_options(request_intervals, input_data, write_profile, do_tune, baselines)
+    spec, prof, scale, arrivals, workload_text = _read_workload(
+        workload_path, arrival, rate, arrival_param, lengths, sla_classes, duration_s, seed,
+        profile, time_scale, request_intervals, input_data)
     native = shipped_native_batcher()
     if native_delay_us is not None:
         native = (native[0], native_delay_us)
     cap, fifo = capacities(prof, scale, None if request_intervals else spec, arrivals)
-    offered = len(arrivals) / max(arrivals[-1].time_s, 1e-9)
-
-    out = [
-        f"# Simulated: explicit control vs Triton's batcher model ({prof.name}, EMULATED)",
-        "",
-        f"Command: `{report.command_line(click.get_current_context())}`",
-        "",
-        f"- Device: the **EMULATED** cost model of profile `{prof.name}` ({prof.description}; "
-        f"{prof.source}), cost mode {prof.emulation.cost_mode}, time scale {scale:g}: "
-        f"simulated, not measured.",
-        f"- Workload: {workload_text}.",
-        f"- Offered {offered:,.1f} req/s = {offered / cap:.0%} of capacity ({cap:,.0f} req/s: "
-        f"full batches of similar lengths) and {offered / fifo:.0%} of the FIFO figure "
-        f"({fifo:,.0f} req/s: full batches in arrival order, what a FIFO batcher reaches "
-        f"at best).",
-        f"- explicit = `Scheduler.from_profile({prof.name})`; native = Triton's dynamic "
-        f"batcher model (`TritonDynamicBatcher`, max_batch_size {native[0]}, "
-        f"max_queue_delay_microseconds {native[1]}, as in emulated_native's config)"
-        + ("; fixed-window = `FixedWindow(base_window_ms)`" if "fixed-window" in kinds else "")
-        + ("; adaptive = `AdaptiveCostBatcher` (BentoML-style)" if "adaptive" in kinds else "")
-        + ".",
-        "",
-    ]
+    out = _header_lines(prof, scale, arrivals, workload_text, native, kinds, cap, fifo)
     rows = []
     if do_tune:
-        s = prof.scheduler
-        try:
-            a_grid = parse_float_list(alphas, "--alphas") if alphas else TUNE_ALPHAS
-            b_grid = parse_float_list(betas, "--betas") if betas else TUNE_BETAS
-            w_grid = (parse_float_list(windows, "--windows") if windows else
-                      tuple(sorted({min(max(s.base_window_ms * f, s.min_window_ms),
-                                        s.max_window_ms) for f in TUNE_WINDOW_FACTORS})))
-            grid = tune_grid(prof, a_grid, b_grid, w_grid)
-            for a, b, w in grid:  # validate every setting before the first simulation
-                tuned_profile(prof, a, b, w)
-        except ProfileError as exc:
-            raise click.ClickException(str(exc)) from None
-        results = tune(prof, scale, arrivals, grid, jobs=jobs, progress=not no_progress)
-        best = results[0]
-        own = next(r for r in results if r.is_profile)
-        best_profile = tuned_profile(prof, best.alpha, best.beta, best.base_window_ms)
-        out += [
-            f"## Tuning the elastic window: {len(grid)} settings by goodput",
-            "",
-            f"Grid: alpha {{{', '.join(f'{x:g}' for x in a_grid)}}} x beta "
-            f"{{{', '.join(f'{x:g}' for x in b_grid)}}} x base_window_ms "
-            f"{{{', '.join(f'{x:g}' for x in w_grid)}}}, plus the profile's own "
-            f"(alpha {s.alpha:g}, beta {s.beta:g}, base_window_ms {s.base_window_ms:g}). "
-            f"Ranked by goodput, then SLA attainment, then P99.",
-            "",
-            tune_table(results, top),
-            "",
-            f"Best: alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
-            f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
-            f"{own.goodput_rps:,.1f} with the profile's own setting.",
-            "",
-        ]
-        if write_profile:
-            header = (f"Profile {prof.name} with the elastic window tuned by\n"
-                      f"  {report.command_line(click.get_current_context())}\n"
-                      f"alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
-                      f"{best.base_window_ms:g}: goodput {best.goodput_rps:,.1f} req/s vs "
-                      f"{own.goodput_rps:,.1f} with the profile's own setting,\n"
-                      f"simulated on the EMULATED device at time scale {scale:g} "
-                      f"(base_window_ms is in that time scale's milliseconds).\n"
-                      f"Everything else is {prof.source} as it was, except device_match:\n"
-                      f"empty, so select this profile by name (model parameter "
-                      f"hardware_profile or EXPLICIT_BATCHING_PROFILE).")
-            try:
-                written = write_profile_file(best_profile, write_profile, header)
-            except (OSError, ProfileError) as exc:
-                raise click.ClickException(f"--write-profile: {exc}") from None
-            out += [f"Wrote the best setting to `{write_profile}` (profile `{written.name}`).",
-                    ""]
-        rows.append(report.from_sim(run_policy("explicit", best_profile, scale, arrivals,
-                                               native), "explicit (tuned)"))
+        lines, row = _tune_section(prof, scale, arrivals, native, alphas, betas, windows, top,
+                                   write_profile, jobs, no_progress)
+        out += lines
+        rows.append(row)
     rows.append(report.from_sim(run_policy("explicit", prof, scale, arrivals, native),
                                 "explicit"))
     for kind in kinds:
