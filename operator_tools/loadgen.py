@@ -319,23 +319,37 @@ class LoadGenerator:
         with the monotonic start time just before the first send (to align monitors)."""
         import tritonclient.grpc as grpcclient
 
-        schedule = [a for a in arrivals
-                    if max_duration_s is None or a.time_s < max_duration_s]
-        if max_requests is not None:
-            schedule = schedule[:max_requests]
-        for i in range(1, len(schedule)):
-            if schedule[i].time_s < schedule[i - 1].time_s:
-                raise ValueError(f"arrivals must be sorted by time_s (index {i})")
-        duration = (max_duration_s if max_duration_s is not None
-                    else (schedule[-1].time_s if schedule else 0.0))
-        if schedule and duration < schedule[-1].time_s:
-            duration = schedule[-1].time_s
+        schedule, duration = _cut_schedule(arrivals, max_requests, max_duration_s)
         n = len(schedule)
         scheduled = [float(a.time_s) for a in schedule]
         sent = [math.nan] * n
         send_errors: dict[int, str] = {}
         done: list[tuple[int, float, Any]] = []  # (index, monotonic time, error or None)
+        clients = self._open_clients(grpcclient, schedule)
+        t0_box: list[float] = []
+        failure: list[BaseException] = []
 
+        def sender() -> None:
+            try:
+                self._send_all(grpcclient, clients, schedule, scheduled, sent, send_errors,
+                               done.append, t0_box, on_start)
+            except BaseException as exc:  # surfaced in the caller's thread below
+                failure.append(exc)
+
+        answered, drain_s = self._send_and_drain(sender, failure, clients, done, n,
+                                                 send_errors, drain_timeout_s)
+        t0 = t0_box[0]
+        for c in clients:
+            try:
+                c.close()
+            except Exception:
+                pass
+        records, duplicates = _records(schedule, scheduled, sent, send_errors, answered, t0)
+        return LoadResult(self.model, self.url, n, float(duration), records, bucket_s,
+                          drain_s, duplicates, self.client_timeout_s)
+
+    def _open_clients(self, grpcclient, schedule: Sequence[Any]) -> list:
+        """The pool of clients, each connection warmed, and every input pre-built."""
         # Separate HTTP/2 connections per client (no shared global subchannel).
         channel_args = [("grpc.max_send_message_length", 2 ** 31 - 1),
                         ("grpc.max_receive_message_length", 2 ** 31 - 1),
@@ -348,8 +362,13 @@ class LoadGenerator:
         # Pre-build the inputs so the sender only looks them up.
         for a in schedule:
             self._inputs(grpcclient, a.seq_len, getattr(a, "sla_ms", None))
+        return clients
 
-        append = done.append
+    def _send_all(self, grpcclient, clients: Sequence[Any], schedule: Sequence[Any],
+                  scheduled: list[float], sent: list[float], send_errors: dict[int, str],
+                  append: Callable[[tuple[int, float, Any]], None], t0_box: list[float],
+                  on_start: Callable[[float], None] | None) -> None:
+        """The sender thread's loop: sleep until each send time, send, note the time."""
         mono = time.monotonic
 
         def make_callback(i: int):
@@ -357,40 +376,37 @@ class LoadGenerator:
                 append((i, mono(), error))
             return callback
 
-        t0_box: list[float] = []
-        failure: list[BaseException] = []
-
-        def sender() -> None:
+        sleep = time.sleep
+        t0 = mono() + 0.05
+        t0_box.append(t0)
+        if on_start is not None:
+            on_start(t0)
+        for i, a in enumerate(schedule):
+            sla = getattr(a, "sla_ms", None)
+            inputs = self._inputs(grpcclient, a.seq_len, sla)
+            params = ({"sla_ms": float(sla)} if self.include_sla and self.sla_as_parameter
+                      and sla is not None else None)
+            client = clients[i % len(clients)]
+            cb = make_callback(i)
+            target = t0 + scheduled[i]
+            delay = target - mono()
+            if delay > 0:
+                sleep(delay)
+            now = mono()
+            sent[i] = now - t0
             try:
-                send_all()
-            except BaseException as exc:  # surfaced in the caller's thread below
-                failure.append(exc)
+                client.async_infer(self.model, inputs, cb, parameters=params,
+                                   client_timeout=self.client_timeout_s)
+            except Exception as exc:  # the call never left this process
+                send_errors[i] = str(exc)
 
-        def send_all() -> None:
-            sleep = time.sleep
-            t0 = mono() + 0.05
-            t0_box.append(t0)
-            if on_start is not None:
-                on_start(t0)
-            for i, a in enumerate(schedule):
-                sla = getattr(a, "sla_ms", None)
-                inputs = self._inputs(grpcclient, a.seq_len, sla)
-                params = ({"sla_ms": float(sla)} if self.include_sla and self.sla_as_parameter
-                          and sla is not None else None)
-                client = clients[i % len(clients)]
-                cb = make_callback(i)
-                target = t0 + scheduled[i]
-                delay = target - mono()
-                if delay > 0:
-                    sleep(delay)
-                now = mono()
-                sent[i] = now - t0
-                try:
-                    client.async_infer(self.model, inputs, cb, parameters=params,
-                                       client_timeout=self.client_timeout_s)
-                except Exception as exc:  # the call never left this process
-                    send_errors[i] = str(exc)
-
+    def _send_and_drain(self, sender: Callable[[], None], failure: list[BaseException],
+                        clients: Sequence[Any], done: list, n: int,
+                        send_errors: dict[int, str], drain_timeout_s: float
+                        ) -> tuple[list, float]:
+        """Run ``sender`` in its own thread with the collector held back, then wait for
+        the outstanding answers: (the answers by the cut, how long the wait took)."""
+        mono = time.monotonic
         # Full garbage collections of everything a run accumulates took 50-270 ms here and
         # stalled the sender that long: during the run the automatic collector is off and
         # this thread collects the young generations only (cheap); survivors wait for the
@@ -426,32 +442,50 @@ class LoadGenerator:
             gc.unfreeze()
             if was_enabled:
                 gc.enable()
-        t0 = t0_box[0]
-        for c in clients:
-            try:
-                c.close()
-            except Exception:
-                pass
+        return answered, drain_s
 
-        records = [timed_record(scheduled[i], sent[i] if not math.isnan(sent[i]) else None,
-                                None, LOST, "", int(a.seq_len), getattr(a, "sla_ms", None))
-                   for i, a in enumerate(schedule)]
-        for i, msg in send_errors.items():
-            records[i].outcome, records[i].message = SEND_FAILED, msg
-        duplicates = 0
-        for i, t, error in answered:
-            r = records[i]
-            if r.response_s is not None:  # a second answer to one request: keep the first
-                duplicates += 1
-                continue
-            r.response_s = t - t0
-            r.latency_ms = answer_latency_ms(r.sent_s, r.response_s)
-            if error is None:
-                r.outcome = OK
-            else:
-                r.outcome, r.message = _status_name(error), _message(error)
-        return LoadResult(self.model, self.url, n, float(duration), records, bucket_s,
-                          drain_s, duplicates, self.client_timeout_s)
+
+def _cut_schedule(arrivals: Sequence[Any], max_requests: int | None,
+                  max_duration_s: float | None) -> tuple[list[Any], float]:
+    """(the arrivals within the bounds, the schedule's length in s); ValueError when they
+    are not sorted by time."""
+    schedule = [a for a in arrivals
+                if max_duration_s is None or a.time_s < max_duration_s]
+    if max_requests is not None:
+        schedule = schedule[:max_requests]
+    for i in range(1, len(schedule)):
+        if schedule[i].time_s < schedule[i - 1].time_s:
+            raise ValueError(f"arrivals must be sorted by time_s (index {i})")
+    duration = (max_duration_s if max_duration_s is not None
+                else (schedule[-1].time_s if schedule else 0.0))
+    if schedule and duration < schedule[-1].time_s:
+        duration = schedule[-1].time_s
+    return schedule, duration
+
+
+def _records(schedule: Sequence[Any], scheduled: Sequence[float], sent: Sequence[float],
+             send_errors: dict[int, str], answered: Sequence[tuple[int, float, Any]],
+             t0: float) -> tuple[list[RequestRecord], int]:
+    """(one record per scheduled request, answers beyond the first to one request): every
+    request starts LOST; its first answer by the cut sets its response and outcome."""
+    records = [timed_record(scheduled[i], sent[i] if not math.isnan(sent[i]) else None,
+                            None, LOST, "", int(a.seq_len), getattr(a, "sla_ms", None))
+               for i, a in enumerate(schedule)]
+    for i, msg in send_errors.items():
+        records[i].outcome, records[i].message = SEND_FAILED, msg
+    duplicates = 0
+    for i, t, error in answered:
+        r = records[i]
+        if r.response_s is not None:  # a second answer to one request: keep the first
+            duplicates += 1
+            continue
+        r.response_s = t - t0
+        r.latency_ms = answer_latency_ms(r.sent_s, r.response_s)
+        if error is None:
+            r.outcome = OK
+        else:
+            r.outcome, r.message = _status_name(error), _message(error)
+    return records, duplicates
 
 
 def run_load(url: str, model: str, arrivals: Sequence[Any], **kwargs) -> LoadResult:
