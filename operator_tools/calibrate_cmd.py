@@ -187,6 +187,27 @@ def find_boundaries(points: Sequence[RatePoint], current: ControlConfig,
     not locate keeps the current thresholds."""
     points = sorted((p for p in points if p.ok), key=lambda p: p.rate)
     notes: list[str] = []
+    p99_cv_levels = _p99_cv_levels_above_floor(points, p99_cv_levels, notes)
+    cv_lo, cv_hi = (find_crossing(points, "p99_cv", level) for level in p99_cv_levels)
+    qd_lo, qd_hi = (find_crossing(points, "queue_depth", level) for level in queue_depth_levels)
+    nml, danger = _earliest((cv_lo, qd_lo)), _earliest((cv_hi, qd_hi))
+    if nml is not None and danger is not None and nml.position >= danger.position:
+        notes.append(f"the no-man's land boundary ({nml.indicator} at {nml.rate:.1f} req/s) is not "
+                     f"below the danger boundary ({danger.indicator} at {danger.rate:.1f} req/s): "
+                     "the signals disagree, the no-man's land boundary is left unlocated")
+        nml = None
+    thresholds = {k: getattr(current, k) for k in THRESHOLD_KEYS}
+    _note_unlocated_crossings((cv_lo, cv_hi, qd_lo, qd_hi), points, notes)
+    calibrated = _measured_thresholds(nml, danger, thresholds, notes)
+    calibrated = _keep_safe_below_danger(thresholds, calibrated, current, notes)
+    return Calibration((cv_lo, cv_hi, qd_lo, qd_hi), nml, danger, thresholds, tuple(calibrated),
+                       tuple(notes))
+
+
+def _p99_cv_levels_above_floor(points: Sequence[RatePoint], p99_cv_levels: tuple[float, float],
+                               notes: list[str]) -> tuple[float, float]:
+    """The P99 CV levels, counted from the lowest rate's P99 CV when that is already at or
+    above the lower level (a note says so)."""
     floor = next((p.p99_cv for p in points if p.p99_cv is not None), None)
     if floor is not None and floor >= p99_cv_levels[0]:
         # A P99 taken over a second of a light load is the maximum of a few requests: its
@@ -197,23 +218,26 @@ def find_boundaries(points: Sequence[RatePoint], current: ControlConfig,
                      f"floor): its levels are taken above that floor, {shifted[0]:g} and "
                      f"{shifted[1]:g}")
         p99_cv_levels = shifted
-    cv_lo, cv_hi = (find_crossing(points, "p99_cv", level) for level in p99_cv_levels)
-    qd_lo, qd_hi = (find_crossing(points, "queue_depth", level) for level in queue_depth_levels)
-    nml, danger = _earliest((cv_lo, qd_lo)), _earliest((cv_hi, qd_hi))
-    if nml is not None and danger is not None and nml.position >= danger.position:
-        notes.append(f"the no-man's land boundary ({nml.indicator} at {nml.rate:.1f} req/s) is not "
-                     f"below the danger boundary ({danger.indicator} at {danger.rate:.1f} req/s): "
-                     "the signals disagree, the no-man's land boundary is left unlocated")
-        nml = None
-    thresholds = {k: getattr(current, k) for k in THRESHOLD_KEYS}
-    calibrated: list[str] = []
-    for c in (cv_lo, cv_hi, qd_lo, qd_hi):
+    return p99_cv_levels
+
+
+def _note_unlocated_crossings(crossings: Sequence[Crossing], points: Sequence[RatePoint],
+                              notes: list[str]) -> None:
+    """A note per crossing the sweep's rates did not bracket, saying which rates to add."""
+    for c in crossings:
         if c.status == "below_range":
             notes.append(f"{c.indicator} was already at or above {c.level:g} at the lowest rate "
                          f"({points[int(c.position)].rate:g} req/s): add lower rates to locate it")
         elif c.status == "not_reached":
             notes.append(f"{c.indicator} stayed below {c.level:g} at every rate: add higher rates "
                          "to locate it")
+
+
+def _measured_thresholds(nml: Crossing | None, danger: Crossing | None,
+                         thresholds: dict[str, float], notes: list[str]) -> list[str]:
+    """Set ``thresholds`` to what was measured at each located boundary (clamped and
+    rounded); the keys set."""
+    calibrated: list[str] = []
     for boundary, suffix in ((nml, "safe"), (danger, "danger")):
         if boundary is None:
             notes.append(f"the {'no-mans-land' if suffix == 'safe' else 'danger'} boundary was "
@@ -236,6 +260,13 @@ def find_boundaries(points: Sequence[RatePoint], current: ControlConfig,
                 value = round(max(value, 0.0), 3)
             thresholds[f"{indicator}_{suffix}"] = value
             calibrated.append(f"{indicator}_{suffix}")
+    return calibrated
+
+
+def _keep_safe_below_danger(thresholds: dict[str, float], calibrated: list[str],
+                            current: ControlConfig, notes: list[str]) -> list[str]:
+    """Restore the current pair of any indicator whose measured safe threshold is not
+    below its danger one; the keys still calibrated."""
     for indicator in ("utilization", "queue_depth", "p99_cv"):
         safe, danger_key = f"{indicator}_safe", f"{indicator}_danger"
         if thresholds[safe] >= thresholds[danger_key]:
@@ -244,8 +275,7 @@ def find_boundaries(points: Sequence[RatePoint], current: ControlConfig,
             thresholds[safe], thresholds[danger_key] = getattr(current, safe), getattr(current,
                                                                                          danger_key)
             calibrated = [k for k in calibrated if k not in (safe, danger_key)]
-    return Calibration((cv_lo, cv_hi, qd_lo, qd_hi), nml, danger, thresholds, tuple(calibrated),
-                       tuple(notes))
+    return calibrated
 
 
 def zone_of(rate: float, calibration: Calibration) -> str:
@@ -672,6 +702,16 @@ def _measure(deps: CalibrateDeps, url: str, model: str, metrics_url: str, input_
     return summarize_rate(rate, run, sampler.series), run, sampler.series
 
 
+def _read_config(deps: CalibrateDeps, url: str, model: str):
+    """(the model's control handle, its current config); ClickException when unreadable."""
+    try:
+        control = deps.model_control(url, model)
+        original = control.config()
+    except Exception as exc:  # noqa: BLE001 - any client failure ends here, said plainly
+        raise click.ClickException(f"cannot read the config of model '{model}' at {url}: {exc}")
+    return control, original
+
+
 def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None:
     url, model = opts["url"], opts["model"]
     out_path = os.path.abspath(opts["out_path"])
@@ -679,11 +719,7 @@ def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> N
     plot_path = opts["plot_path"] or os.path.join(out_dir, "load_latency.png")
     report_path = opts["report_path"] or os.path.join(out_dir, "calibrate.md")
     baseline_path = opts["baseline_path"] or os.path.join(out_dir, "baseline.json")
-    try:
-        control = deps.model_control(url, model)
-        original = control.config()
-    except Exception as exc:  # noqa: BLE001 - any client failure ends here, said plainly
-        raise click.ClickException(f"cannot read the config of model '{model}' at {url}: {exc}")
+    control, original = _read_config(deps, url, model)
     try:
         snap = deps.snapshot(metrics_url, model)
     except (OSError, ValueError) as exc:
@@ -698,37 +734,10 @@ def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> N
     original_state = (original_enabled if original_enabled is not None
                       else f"{str(base.control.enabled).lower()} (profile)")
 
-    points: list[RatePoint] = []
-    reloaded = False
     with tempfile.TemporaryDirectory() as tmp:
         input_data = live.scaled_input_data(settings["input_data"], sla_scale, tmp)
-        try:
-            try:
-                control.load(live.with_parameters(original, {"control.enabled": "false"}))
-                reloaded = True
-                control_line = ("explicit control OFF during the sweep (model reloaded with "
-                                "parameter control.enabled=false)")
-            except LoadRefused as exc:
-                control_line = (f"the server refused to reload the model ({exc}); start it with "
-                                "--model-control-mode=explicit to switch control off. Measured "
-                                f"AS IS, control.enabled={original_state}")
-                click.echo(f"warning: {control_line}", err=True)
-            for rate in _progress(deps, settings["rates"], "calibrate sweep"):
-                point, _, _ = _measure(deps, url, model, metrics_url, input_data, rate,
-                                       settings, opts["protocol"])
-                points.append(point)
-        finally:
-            if reloaded:
-                try:
-                    control.load(original)
-                    restore_line = f"control.enabled restored to {original_state}"
-                except LoadRefused as exc:
-                    restore_line = (f"RESTORING THE ORIGINAL CONFIG FAILED ({exc}): the model "
-                                    "still runs with control.enabled=false")
-                    click.echo(f"error: {restore_line}", err=True)
-            else:
-                restore_line = "the model's config was not changed"
-
+        points, control_line, restore_line = _sweep_with_control_off(
+            deps, opts, metrics_url, settings, input_data, control, original, original_state)
         if not any(p.ok for p in points):
             raise click.ClickException("every perf_analyzer run failed: " +
                                        "; ".join(f"{p.rate:g}: {p.error}" for p in points))
@@ -749,7 +758,60 @@ def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> N
                                              points, calibration, baseline_path, profile,
                                              original_state, sla_scale)
 
-    sorted_points = sorted(points, key=lambda p: p.rate)
+    lines = _cold_start_header(ctx, model, emulation_note, sla_scale, control_line,
+                               restore_line, settings, base_path, base)
+    lines += _cold_start_results(points, calibration, base, out_path, profile, overrides,
+                                 plot_path, baseline_line)
+    text = "\n".join(lines) + "\n"
+    with open(report_path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    click.echo(text)
+    click.echo("wrote " + ", ".join(_show(p) for p in (out_path, plot_path, report_path))
+               + ("" if opts["no_baseline"] else f", {_show(baseline_path)}"))
+
+
+def _sweep_with_control_off(deps: CalibrateDeps, opts, metrics_url: str, settings,
+                            input_data: str, control, original, original_state: str
+                            ) -> tuple[list[RatePoint], str, str]:
+    """One measured point per rate with explicit control switched off by a reload (as is
+    when the server refuses it), the original config restored after: (points, what was
+    done to control, how it was restored)."""
+    url, model = opts["url"], opts["model"]
+    points: list[RatePoint] = []
+    reloaded = False
+    try:
+        try:
+            control.load(live.with_parameters(original, {"control.enabled": "false"}))
+            reloaded = True
+            control_line = ("explicit control OFF during the sweep (model reloaded with "
+                            "parameter control.enabled=false)")
+        except LoadRefused as exc:
+            control_line = (f"the server refused to reload the model ({exc}); start it with "
+                            "--model-control-mode=explicit to switch control off. Measured "
+                            f"AS IS, control.enabled={original_state}")
+            click.echo(f"warning: {control_line}", err=True)
+        for rate in _progress(deps, settings["rates"], "calibrate sweep"):
+            point, _, _ = _measure(deps, url, model, metrics_url, input_data, rate,
+                                   settings, opts["protocol"])
+            points.append(point)
+    finally:
+        if reloaded:
+            try:
+                control.load(original)
+                restore_line = f"control.enabled restored to {original_state}"
+            except LoadRefused as exc:
+                restore_line = (f"RESTORING THE ORIGINAL CONFIG FAILED ({exc}): the model "
+                                "still runs with control.enabled=false")
+                click.echo(f"error: {restore_line}", err=True)
+        else:
+            restore_line = "the model's config was not changed"
+    return points, control_line, restore_line
+
+
+def _cold_start_header(ctx, model: str, emulation_note: str, sla_scale: float,
+                       control_line: str, restore_line: str, settings,
+                       base_path: str, base: HardwareProfile) -> list[str]:
+    """The report's command, title and how the sweep was measured."""
     lines = ["```", f"$ {_command_line(ctx)}", "```", "",
              f"# Cold-start calibration of `{model}`", ""]
     if emulation_note:
@@ -763,9 +825,18 @@ def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> N
               f"* queue depth and utilisation: `explicit_batching_queue_depth` / "
               f"`_utilization_ratio` sampled every {SAMPLE_INTERVAL_S:g} s during each run; "
               "P99 CV: coefficient of variation of the per-second P99s of each run.",
-              f"* base profile {_show(base_path)} ({base.name}).", "",
-              sweep_table(sorted_points, calibration), "", "## Zone boundaries", "",
-              crossing_table(calibration), ""]
+              f"* base profile {_show(base_path)} ({base.name})."]
+    return lines
+
+
+def _cold_start_results(points: Sequence[RatePoint], calibration: Calibration,
+                        base: HardwareProfile, out_path: str, profile: HardwareProfile,
+                        overrides: Sequence[str], plot_path: str, baseline_line: str
+                        ) -> list[str]:
+    """The report's sweep table, zone boundaries, profile written, notes and files."""
+    sorted_points = sorted(points, key=lambda p: p.rate)
+    lines = ["", sweep_table(sorted_points, calibration), "", "## Zone boundaries", "",
+             crossing_table(calibration), ""]
     lines += _boundary_lines(calibration)
     lines += ["", "## Profile", "", threshold_table(base.control, calibration), "",
               f"Written to `{_show(out_path)}` (profile `{profile.name}`, validated by load_profile). "
@@ -777,12 +848,7 @@ def _cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> N
     for note in calibration.notes:
         lines.append(f"* note: {note}")
     lines += ["", f"Plot: `{_show(plot_path)}`.", f"{baseline_line}"]
-    text = "\n".join(lines) + "\n"
-    with open(report_path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    click.echo(text)
-    click.echo("wrote " + ", ".join(_show(p) for p in (out_path, plot_path, report_path))
-               + ("" if opts["no_baseline"] else f", {_show(baseline_path)}"))
+    return lines
 
 
 def _boundary_lines(calibration: Calibration) -> list[str]:
@@ -864,13 +930,23 @@ def _step(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None:
     alphas = _grid(*ALPHA_RANGE, opts["step_size"])
     betas = _grid(*BETA_RANGE, opts["step_size"])
     budget = opts["max_steps"] or (len(alphas) + len(betas) - 1)
-    try:
-        control = deps.model_control(url, model)
-        original = control.config()
-    except Exception as exc:  # noqa: BLE001
-        raise click.ClickException(f"cannot read the config of model '{model}' at {url}: {exc}")
+    control, original = _read_config(deps, url, model)
     _, time_scale = _emulation_note(original, None)
     sla_scale = _resolve_sla_scale(opts["sla_scale"], time_scale)
+    results, best = _step_walk(deps, opts, metrics_url, settings, control, original, rate,
+                               alphas, betas, budget, sla_scale)
+    lines = _step_report(ctx, model, rate, settings, sla_scale, results, best,
+                         len(alphas) + len(betas) - 1, budget)
+    click.echo("\n".join(lines))
+
+
+def _step_walk(deps: CalibrateDeps, opts, metrics_url: str, settings, control, original,
+               rate: float, alphas: Sequence[float], betas: Sequence[float], budget: int,
+               sla_scale: float) -> tuple[list[StepResult], StepResult | None]:
+    """Alpha first (beta at the conservative start), then beta at the best alpha, one
+    reload and one measured run per setting, at most ``budget`` of them; the original
+    config restored after. (every result, the best)"""
+    url, model = opts["url"], opts["model"]
     results: list[StepResult] = []
     changed = []  # non-empty once a reload went through: the original must come back
 
@@ -918,7 +994,13 @@ def _step(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None:
                     control.load(original)
                 except LoadRefused as exc:
                     click.echo(f"error: restoring the original config failed: {exc}", err=True)
+    return results, best
 
+
+def _step_report(ctx, model: str, rate: float, settings, sla_scale: float,
+                 results: Sequence[StepResult], best: StepResult | None, full_walk: int,
+                 budget: int) -> list[str]:
+    """The --step report: how each setting was run, one row per setting, the best."""
     lines = ["```", f"$ {_command_line(ctx)}", "```", "",
              f"--step on `{model}` at {rate:g} req/s offered ({settings['distribution']} "
              f"arrivals, SLAs x{sla_scale:g}), one perf_analyzer run ({settings['max_trials']} x "
@@ -939,6 +1021,6 @@ def _step(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None:
                       "scheduler.alpha/beta in the profile (or as model-config parameters)."]
     else:
         lines += ["", "best: none (no run completed)"]
-    if len(results) < len(alphas) + len(betas) - 1:
+    if len(results) < full_walk:
         lines.append(f"(walk bounded by --max-steps {budget}: {len(results)} settings tried)")
-    click.echo("\n".join(lines))
+    return lines
