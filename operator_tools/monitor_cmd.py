@@ -14,7 +14,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import click
 import yaml
@@ -74,6 +74,22 @@ def _fmt(value: float | None, fmt: str = ".2f") -> str:
 def check_drift(now: ControlEffect, base: ControlEffect, limits: DriftLimits = DriftLimits()
                 ) -> list[Finding]:
     """Compare two control effects metric by metric."""
+    out = _attainment_findings(now, base, limits)
+    out.append(_relative_finding("mean batch size", base.mean_batch_size, now.mean_batch_size,
+                                 limits.max_batch_size_change, "load_model"))
+    out.append(_relative_finding("elastic window (ms)", base.window_ms, now.window_ms,
+                                 limits.max_window_change, "control_period"))
+    out.append(_zone_finding(now, base, limits))
+    out.append(_cost_correction_finding(now, base, limits))
+    out.append(_relative_finding("control period (ms)", base.control_period_ms,
+                                 now.control_period_ms, limits.max_control_period_change,
+                                 "control_period", ".0f"))
+    return out
+
+
+def _attainment_findings(now: ControlEffect, base: ControlEffect, limits: DriftLimits
+                         ) -> list[Finding]:
+    """One finding per SLA class: did its attainment drop by more than the limit?"""
     out: list[Finding] = []
     classes = sorted(set(base.sla_attainment) | set(now.sla_attainment))
     if not classes:
@@ -93,47 +109,48 @@ def check_drift(now: ControlEffect, base: ControlEffect, limits: DriftLimits = D
                            f"{'dropped' if drop > 0 else 'changed'} {abs(drop) * 100:.1f} points "
                            f"(limit {limits.max_attainment_drop * 100:g})",
                            "sla_weights" if drift else ""))
+    return out
 
-    def relative(metric: str, b: float | None, n: float | None, limit: float, remedy: str,
-                 fmt: str = ".2f") -> None:
-        if b is None or n is None:
-            out.append(Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "n/a", "not measured in both"))
-            return
-        change = _rel(n, b)
-        drift = change > limit
-        out.append(Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "DRIFT" if drift else "ok",
-                           f"changed {change:.0%} (limit {limit:.0%})", remedy if drift else ""))
 
-    relative("mean batch size", base.mean_batch_size, now.mean_batch_size,
-             limits.max_batch_size_change, "load_model")
-    relative("elastic window (ms)", base.window_ms, now.window_ms, limits.max_window_change,
-             "control_period")
+def _relative_finding(metric: str, b: float | None, n: float | None, limit: float, remedy: str,
+                      fmt: str = ".2f") -> Finding:
+    """A metric that drifts when it changed by more than ``limit`` (relative)."""
+    if b is None or n is None:
+        return Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "n/a", "not measured in both")
+    change = _rel(n, b)
+    drift = change > limit
+    return Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "DRIFT" if drift else "ok",
+                   f"changed {change:.0%} (limit {limit:.0%})", remedy if drift else "")
+
+
+def _zone_finding(now: ControlEffect, base: ControlEffect, limits: DriftLimits) -> Finding:
+    """The zone shares drift when their total-variation distance exceeds the limit."""
     if base.zone_share and now.zone_share:
         zones = set(base.zone_share) | set(now.zone_share)
         tv = 0.5 * sum(abs(base.zone_share.get(z, 0.0) - now.zone_share.get(z, 0.0)) for z in zones)
         drift = tv > limits.max_zone_shift
         show = lambda s: " / ".join(f"{s.get(z, 0.0):.0%}" for z in live.ZONE_NAMES)  # noqa: E731
-        out.append(Finding("zone share safe / nml / danger", show(base.zone_share),
-                           show(now.zone_share), "DRIFT" if drift else "ok",
-                           f"shifted {tv:.0%} of the time (limit {limits.max_zone_shift:.0%})",
-                           "control_period" if drift else ""))
-    else:
-        out.append(Finding("zone share", "-", "-", "n/a", "no zone samples in both"))
+        return Finding("zone share safe / nml / danger", show(base.zone_share),
+                       show(now.zone_share), "DRIFT" if drift else "ok",
+                       f"shifted {tv:.0%} of the time (limit {limits.max_zone_shift:.0%})",
+                       "control_period" if drift else "")
+    return Finding("zone share", "-", "-", "n/a", "no zone samples in both")
+
+
+def _cost_correction_finding(now: ControlEffect, base: ControlEffect, limits: DriftLimits
+                             ) -> Finding:
+    """The cost correction drifts when it is far from 1 or changed beyond the limit."""
     b, n = base.cost_correction_ratio, now.cost_correction_ratio
     if b is None or n is None:
-        out.append(Finding("cost_correction_ratio", _fmt(b), _fmt(n), "n/a", "not measured in both"))
-    else:
-        far = not (1.0 / limits.cost_correction_far <= n <= limits.cost_correction_far)
-        change = _rel(n, b)
-        drift = far or change > limits.max_cost_correction_change
-        why = (f"far from 1 (outside {1 / limits.cost_correction_far:.2f}-"
-               f"{limits.cost_correction_far:g})" if far else
-               f"changed {change:.0%} (limit {limits.max_cost_correction_change:.0%})")
-        out.append(Finding("cost_correction_ratio", f"{b:.2f}", f"{n:.2f}",
-                           "DRIFT" if drift else "ok", why, "load_model" if drift else ""))
-    relative("control period (ms)", base.control_period_ms, now.control_period_ms,
-             limits.max_control_period_change, "control_period", ".0f")
-    return out
+        return Finding("cost_correction_ratio", _fmt(b), _fmt(n), "n/a", "not measured in both")
+    far = not (1.0 / limits.cost_correction_far <= n <= limits.cost_correction_far)
+    change = _rel(n, b)
+    drift = far or change > limits.max_cost_correction_change
+    why = (f"far from 1 (outside {1 / limits.cost_correction_far:.2f}-"
+           f"{limits.cost_correction_far:g})" if far else
+           f"changed {change:.0%} (limit {limits.max_cost_correction_change:.0%})")
+    return Finding("cost_correction_ratio", f"{b:.2f}", f"{n:.2f}",
+                   "DRIFT" if drift else "ok", why, "load_model" if drift else "")
 
 
 def load_baseline(path: str) -> tuple[ControlEffect, dict[str, Any]]:
@@ -219,18 +236,31 @@ def command(ctx: click.Context, check_metric_drift: bool, record_path: str | Non
         click.echo(f"note: {series.failures} scrapes failed (last: {series.last_error})")
 
     if record_path:
-        doc = {"kind": "explicit_batching_control_baseline", "version": 1,
-               "source": f"monitor --record-baseline over {window_s:g} s", "effect": now.to_dict()}
-        os.makedirs(os.path.dirname(os.path.abspath(record_path)), exist_ok=True)
-        with open(record_path, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        click.echo(f"control effect now:\n{effect_table(now)}\nrecorded as baseline {record_path}")
+        _write_baseline(record_path, window_s, now)
         return
 
     limits = DriftLimits(max_attainment_drop, max_batch_size_change, max_window_change,
                          max_zone_shift, max_cost_correction_change, min_requests=min_requests)
     findings = check_drift(now, base, limits)
+    _echo_drift_context(model, now, base, base_doc, baseline_path)
+    if _echo_findings(findings) and fail_on_drift:
+        ctx.exit(1)
+
+
+def _write_baseline(record_path: str, window_s: float, now: ControlEffect) -> None:
+    """--record-baseline: the control effect now as a baseline file (JSON)."""
+    doc = {"kind": "explicit_batching_control_baseline", "version": 1,
+           "source": f"monitor --record-baseline over {window_s:g} s", "effect": now.to_dict()}
+    os.makedirs(os.path.dirname(os.path.abspath(record_path)), exist_ok=True)
+    with open(record_path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    click.echo(f"control effect now:\n{effect_table(now)}\nrecorded as baseline {record_path}")
+
+
+def _echo_drift_context(model: str, now: ControlEffect, base: ControlEffect,
+                        base_doc: Mapping[str, Any], baseline_path: str) -> None:
+    """What is compared with what, and notes on what makes the comparison weaker."""
     click.echo(f"metric drift check: {model}, now ({now.duration_s:.1f} s, "
                f"{now.requests:.0f} requests) vs baseline {baseline_path}"
                + (f" ({base_doc.get('source')})" if base_doc.get("source") else ""))
@@ -244,6 +274,10 @@ def command(ctx: click.Context, check_metric_drift: bool, record_path: str | Non
     if now.requests == 0:
         click.echo("note: no requests were answered in the window: SLA attainment and batch "
                    "size cannot be judged (run it under load)")
+
+
+def _echo_findings(findings: Sequence[Finding]) -> bool:
+    """The findings table, the verdict and the remedies; True when something drifted."""
     width = max(len(f.metric) for f in findings)
     click.echo(f"\n  {'metric':{width}s}  {'baseline':>16s}  {'now':>16s}  status  detail")
     for f in findings:
@@ -251,7 +285,7 @@ def command(ctx: click.Context, check_metric_drift: bool, record_path: str | Non
     drifted = [f for f in findings if f.status == "DRIFT"]
     if not drifted:
         click.echo("\nverdict: no drift beyond the limits")
-        return
+        return False
     click.echo(f"\nverdict: DRIFT in {len(drifted)} metric(s): "
                + ", ".join(f.metric for f in drifted))
     click.echo("remedies:")
@@ -259,5 +293,4 @@ def command(ctx: click.Context, check_metric_drift: bool, record_path: str | Non
         because = ", ".join(f.metric for f in drifted if f.remedy == key)
         click.echo(f"  - [{because}] {REMEDIES[key]}")
     click.echo(NEXT_STEPS)
-    if fail_on_drift:
-        ctx.exit(1)
+    return True
