@@ -12,7 +12,7 @@ import json
 import math
 import statistics
 import os
-from typing import Any
+from typing import Any, Callable
 
 from . import benchmark as B
 
@@ -84,92 +84,119 @@ def targets(results: dict) -> list[dict]:
 
     for block in results.get("emulated", []):
         scope = f"{block['profile']} {block['cost_mode']}"
-        ts = block["time_scale"]
-        # goodput in the no-man's land
-        ratios = []
-        for c in block["cells"]:
-            if c["load"] in NO_MANS_LAND_LOADS:
-                r = B.ratio(c["measured"]["explicit"].goodput_rps,
-                            c["measured"]["native"].goodput_rps)
-                ratios.append((r if not math.isnan(r) else math.inf if
-                               c["measured"]["explicit"].goodput_rps > 0 else math.nan,
-                               c))
-        if ratios:
-            worst, cell = min(ratios, key=lambda t: t[0])
-            add("goodput at 60-80 % load vs best native", scope,
-                f"worst cell {cell['arrival']} {cell['load']:.0%}: "
-                f"{cell['measured']['explicit'].goodput_rps:.1f} vs "
-                f"{cell['measured']['native'].goodput_rps:.1f} req/s", worst,
-                f">= {GOODPUT_RATIO_TARGET}x", worst >= GOODPUT_RATIO_TARGET)
-        # knee
-        ek, ef, _ = block_knee(block, "explicit")
-        nk, nf, _ = block_knee(block, "native")
-        knee_ratio = B.ratio(ek, nk) if nk else math.inf if ek else math.nan
-        padded = block["cost_mode"] == "padded"
-        add("knee (>= 99 % attainment) vs native", scope,
-            f"explicit {_pct(ek)} (next rung {_pct(ef)}), native {_pct(nk)} "
-            f"(next rung {_pct(nf)}) of capacity", knee_ratio,
-            f">= {KNEE_RATIO_TARGET_PADDED}x" if padded else "as measured",
-            (knee_ratio >= KNEE_RATIO_TARGET_PADDED) if padded else None)
-        add("explicit knee vs no-padding capacity", scope, f"{_pct(ek)} of "
-            f"{block['capacity_rps']:.1f} req/s", ek, f">= {KNEE_CAPACITY_TARGET:.0%}",
-            None if ek is None else ek >= KNEE_CAPACITY_TARGET)
-        # overload
-        over = _cell(block, 2.0)
-        _, _, knee_stats = block_knee(block, "explicit")
-        if over is not None and knee_stats is not None:
-            e, n = over["measured"]["explicit"], over["measured"]["native"]
-            r = B.ratio(e.goodput_rps, knee_stats.goodput_rps)
-            add("2x overload goodput vs explicit's knee goodput", scope,
-                f"explicit {e.goodput_rps:.1f} vs knee {knee_stats.goodput_rps:.1f} req/s; "
-                f"native {n.goodput_rps:.1f} req/s", r, f">= {OVERLOAD_TARGET:.0%}",
-                r >= OVERLOAD_TARGET)
-        # 70 %: P99 of the tightest class, fluctuation
-        c70 = _cell(block, 0.7)
-        if c70 is not None:
-            tight = min(block["sla_classes_ms"])
-            e = c70["measured"]["explicit"]
-            setting, nat = sweep_best(block, "p99-tight", lambda s: s.class_p99(tight), False)
-            if nat is not None:
-                r = B.ratio(e.class_p99(tight), nat.class_p99(tight))
-                add(f"P99 of the {tight / ts:g} ms class at 70 % vs best native", scope,
-                    f"explicit {_f(e.class_p99(tight))} ms vs {_f(nat.class_p99(tight))} ms "
-                    f"({setting.label}); over answered requests, at time scale {ts:g}",
-                    r, f"<= {P99_RATIO_TARGET}x", r <= P99_RATIO_TARGET)
-            setting, nat = sweep_best(block, "fluctuation")
-            if nat is not None:
-                r = B.ratio(e.fluctuation, nat.fluctuation)
-                add("utilisation fluctuation at 70 % vs best native", scope,
-                    f"explicit {_f(e.fluctuation, '{:.3f}')} vs {_f(nat.fluctuation, '{:.3f}')}"
-                    f" ({setting.label})", r, f"<= {FLUCTUATION_RATIO_TARGET}x",
-                    r <= FLUCTUATION_RATIO_TARGET)
-
+        _nml_goodput_target(block, scope, add)
+        _knee_targets(block, scope, add)
+        _overload_target(block, scope, add)
+        _seventy_percent_targets(block, scope, add)
     ts1 = results.get("ts1")
     if ts1:
-        ll = ts1["lowload"]
-        best = B.best_by(((e["setting"], e["measured"]) for e in ll["native"]), "p50")
-        if best:
-            diff = ll["explicit"].p50_ms - best[1].p50_ms
-            add("P50 at 20 % load above best native", "t4 padded, time scale 1",
-                f"explicit {ll['explicit'].p50_ms:.2f} ms vs {best[1].p50_ms:.2f} ms "
-                f"({best[0].label})", diff, f"<= +{LOWLOAD_P50_TARGET_MS} ms",
-                diff <= LOWLOAD_P50_TARGET_MS)
-        top = overhead_top(ts1)
-        if top["explicit"] is not None or top["native"] is not None:
-            r = B.ratio(top["explicit"], top["native"])
-            add("highest sustainable same-length rate vs native", "t4 padded, time scale 1",
-                f"explicit {_f(top['explicit'], '{:.0f}')} vs native "
-                f"{_f(top['native'], '{:.0f}')} req/s ({top['native_label'] or '-'}); "
-                f"highest rung tried {max(r_['rate_rps'] for r_ in ts1['overhead'])}",
-                r, f">= {OVERHEAD_RATE_TARGET}x",
-                None if math.isnan(r) else r >= OVERHEAD_RATE_TARGET)
-        cpu = explicit_cpu_us(results)
-        if cpu is not None:
-            total, native, extra = cpu
-            add("explicit path CPU per request: its stub minus the native stub, same traffic",
-                "overhead rungs, median", f"explicit stub {total:.0f} us, native stub "
-                f"{native:.0f} us per request (the Python backend's own cost, paid by both)",
-                extra, f"<= {CPU_TARGET_US:.0f} us", extra <= CPU_TARGET_US)
+        _ts1_targets(results, ts1, add)
+    _decision_target(results, add)
+    _minilm_target(results, add)
+    return rows
+
+
+def _nml_goodput_target(block: dict, scope: str, add: Callable[..., None]) -> None:
+    """Goodput in the no-man's land: the worst cell's ratio to native."""
+    ratios = []
+    for c in block["cells"]:
+        if c["load"] in NO_MANS_LAND_LOADS:
+            r = B.ratio(c["measured"]["explicit"].goodput_rps,
+                        c["measured"]["native"].goodput_rps)
+            ratios.append((r if not math.isnan(r) else math.inf if
+                           c["measured"]["explicit"].goodput_rps > 0 else math.nan,
+                           c))
+    if ratios:
+        worst, cell = min(ratios, key=lambda t: t[0])
+        add("goodput at 60-80 % load vs best native", scope,
+            f"worst cell {cell['arrival']} {cell['load']:.0%}: "
+            f"{cell['measured']['explicit'].goodput_rps:.1f} vs "
+            f"{cell['measured']['native'].goodput_rps:.1f} req/s", worst,
+            f">= {GOODPUT_RATIO_TARGET}x", worst >= GOODPUT_RATIO_TARGET)
+
+
+def _knee_targets(block: dict, scope: str, add: Callable[..., None]) -> None:
+    """The knee against native's, and against the no-padding capacity."""
+    ek, ef, _ = block_knee(block, "explicit")
+    nk, nf, _ = block_knee(block, "native")
+    knee_ratio = B.ratio(ek, nk) if nk else math.inf if ek else math.nan
+    padded = block["cost_mode"] == "padded"
+    add("knee (>= 99 % attainment) vs native", scope,
+        f"explicit {_pct(ek)} (next rung {_pct(ef)}), native {_pct(nk)} "
+        f"(next rung {_pct(nf)}) of capacity", knee_ratio,
+        f">= {KNEE_RATIO_TARGET_PADDED}x" if padded else "as measured",
+        (knee_ratio >= KNEE_RATIO_TARGET_PADDED) if padded else None)
+    add("explicit knee vs no-padding capacity", scope, f"{_pct(ek)} of "
+        f"{block['capacity_rps']:.1f} req/s", ek, f">= {KNEE_CAPACITY_TARGET:.0%}",
+        None if ek is None else ek >= KNEE_CAPACITY_TARGET)
+
+
+def _overload_target(block: dict, scope: str, add: Callable[..., None]) -> None:
+    """Goodput at 2x overload against explicit's goodput at its knee."""
+    over = _cell(block, 2.0)
+    _, _, knee_stats = block_knee(block, "explicit")
+    if over is not None and knee_stats is not None:
+        e, n = over["measured"]["explicit"], over["measured"]["native"]
+        r = B.ratio(e.goodput_rps, knee_stats.goodput_rps)
+        add("2x overload goodput vs explicit's knee goodput", scope,
+            f"explicit {e.goodput_rps:.1f} vs knee {knee_stats.goodput_rps:.1f} req/s; "
+            f"native {n.goodput_rps:.1f} req/s", r, f">= {OVERLOAD_TARGET:.0%}",
+            r >= OVERLOAD_TARGET)
+
+
+def _seventy_percent_targets(block: dict, scope: str, add: Callable[..., None]) -> None:
+    """At 70 % load: the tightest class's P99 and the fluctuation against the best native."""
+    ts = block["time_scale"]
+    c70 = _cell(block, 0.7)
+    if c70 is not None:
+        tight = min(block["sla_classes_ms"])
+        e = c70["measured"]["explicit"]
+        setting, nat = sweep_best(block, "p99-tight", lambda s: s.class_p99(tight), False)
+        if nat is not None:
+            r = B.ratio(e.class_p99(tight), nat.class_p99(tight))
+            add(f"P99 of the {tight / ts:g} ms class at 70 % vs best native", scope,
+                f"explicit {_f(e.class_p99(tight))} ms vs {_f(nat.class_p99(tight))} ms "
+                f"({setting.label}); over answered requests, at time scale {ts:g}",
+                r, f"<= {P99_RATIO_TARGET}x", r <= P99_RATIO_TARGET)
+        setting, nat = sweep_best(block, "fluctuation")
+        if nat is not None:
+            r = B.ratio(e.fluctuation, nat.fluctuation)
+            add("utilisation fluctuation at 70 % vs best native", scope,
+                f"explicit {_f(e.fluctuation, '{:.3f}')} vs {_f(nat.fluctuation, '{:.3f}')}"
+                f" ({setting.label})", r, f"<= {FLUCTUATION_RATIO_TARGET}x",
+                r <= FLUCTUATION_RATIO_TARGET)
+
+
+def _ts1_targets(results: dict, ts1: dict, add: Callable[..., None]) -> None:
+    """Time scale 1: P50 at low load, the highest sustainable rate, CPU per request."""
+    ll = ts1["lowload"]
+    best = B.best_by(((e["setting"], e["measured"]) for e in ll["native"]), "p50")
+    if best:
+        diff = ll["explicit"].p50_ms - best[1].p50_ms
+        add("P50 at 20 % load above best native", "t4 padded, time scale 1",
+            f"explicit {ll['explicit'].p50_ms:.2f} ms vs {best[1].p50_ms:.2f} ms "
+            f"({best[0].label})", diff, f"<= +{LOWLOAD_P50_TARGET_MS} ms",
+            diff <= LOWLOAD_P50_TARGET_MS)
+    top = overhead_top(ts1)
+    if top["explicit"] is not None or top["native"] is not None:
+        r = B.ratio(top["explicit"], top["native"])
+        add("highest sustainable same-length rate vs native", "t4 padded, time scale 1",
+            f"explicit {_f(top['explicit'], '{:.0f}')} vs native "
+            f"{_f(top['native'], '{:.0f}')} req/s ({top['native_label'] or '-'}); "
+            f"highest rung tried {max(r_['rate_rps'] for r_ in ts1['overhead'])}",
+            r, f">= {OVERHEAD_RATE_TARGET}x",
+            None if math.isnan(r) else r >= OVERHEAD_RATE_TARGET)
+    cpu = explicit_cpu_us(results)
+    if cpu is not None:
+        total, native, extra = cpu
+        add("explicit path CPU per request: its stub minus the native stub, same traffic",
+            "overhead rungs, median", f"explicit stub {total:.0f} us, native stub "
+            f"{native:.0f} us per request (the Python backend's own cost, paid by both)",
+            extra, f"<= {CPU_TARGET_US:.0f} us", extra <= CPU_TARGET_US)
+
+
+def _decision_target(results: dict, add: Callable[..., None]) -> None:
+    """The scheduling decision's median at queue depth 1000 (worst mode)."""
     dec = results.get("decision")
     if dec:
         worst = max(dec["results"], key=lambda m: m["median_us"])
@@ -177,6 +204,10 @@ def targets(results: dict) -> list[dict]:
             f"{worst['profile']} {worst['mode']}: {worst['median_us']:.0f} us median, "
             f"{worst['p90_us']:.0f} us p90", worst["median_us"], f"<= {DECISION_TARGET_US:.0f} us",
             worst["median_us"] <= DECISION_TARGET_US)
+
+
+def _minilm_target(results: dict, add: Callable[..., None]) -> None:
+    """MiniLM's throughput at >= 99 % attainment against native."""
     mini = results.get("minilm")
     if mini:
         ek, nk = minilm_knees(mini)
@@ -184,7 +215,6 @@ def targets(results: dict) -> list[dict]:
         add("MiniLM throughput at >= 99 % attainment vs native", "CPU, lengths 16-256",
             f"explicit {_f(ek, '{:.0f}')} vs native {_f(nk, '{:.0f}')} req/s", r,
             f">= {MINILM_KNEE_TARGET}x", None if math.isnan(r) else r >= MINILM_KNEE_TARGET)
-    return rows
 
 
 def overhead_top(ts1: dict) -> dict:
