@@ -287,22 +287,7 @@ def comparison_plot(path: str, latencies_ms: Mapping[str, Sequence[float]],
     rows = 2 if busy else 1
     fig = plt.figure(figsize=(13, 4.2 * rows))
     grid = fig.add_gridspec(rows, 2, width_ratios=(1, 1.6))
-    ax_cdf = fig.add_subplot(grid[:, 0])
-    for n in names:
-        values = sorted(latencies_ms[n])
-        if not values:
-            continue
-        ys = [(i + 1) / len(values) for i in range(len(values))]
-        ax_cdf.step(values, ys, where="post", label=f"{n} ({len(values):,})", color=colours[n])
-    for i, s in enumerate(sla_ms):
-        ax_cdf.axvline(s, color="grey", linestyle=":", linewidth=1,
-                       label="SLA classes" if i == 0 else None)
-    ax_cdf.set_xscale("log")
-    ax_cdf.set_xlabel("latency (ms, log scale)")
-    ax_cdf.set_ylabel("share of completed requests")
-    ax_cdf.set_title("latency CDF")
-    ax_cdf.grid(True, which="both", alpha=0.3)
-    ax_cdf.legend(loc="lower right", fontsize=8)
+    _latency_cdf(fig.add_subplot(grid[:, 0]), names, colours, latencies_ms, sla_ms)
 
     ax_tp = fig.add_subplot(grid[0, 1])
     axes = [ax_tp]
@@ -322,16 +307,7 @@ def comparison_plot(path: str, latencies_ms: Mapping[str, Sequence[float]],
     ax_tp.grid(True, alpha=0.3)
     ax_tp.legend(fontsize=8)
     if busy:
-        for n in names:
-            pts = busy.get(n, ())
-            if pts:
-                ax_busy.plot([p[0] for p in pts], [p[1] for p in pts], ".-",
-                             color=colours[n], label=n, linewidth=1)
-        ax_busy.set_ylim(-0.02, 1.05)
-        ax_busy.set_ylabel("busy fraction")
-        ax_busy.set_xlabel("time since the first segment started (s)")
-        ax_busy.set_title("per-second device busy fraction")
-        ax_busy.grid(True, alpha=0.3)
+        _busy_panel(ax_busy, names, colours, busy)
     else:
         ax_tp.set_xlabel("time since the first segment started (s)")
     if title:
@@ -339,3 +315,38 @@ def comparison_plot(path: str, latencies_ms: Mapping[str, Sequence[float]],
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _latency_cdf(ax_cdf, names: Sequence[str], colours: Mapping[str, str],
+                 latencies_ms: Mapping[str, Sequence[float]], sla_ms: Sequence[float]) -> None:
+    """The latency CDF per model on a log axis, with the SLA classes as lines."""
+    for n in names:
+        values = sorted(latencies_ms[n])
+        if not values:
+            continue
+        ys = [(i + 1) / len(values) for i in range(len(values))]
+        ax_cdf.step(values, ys, where="post", label=f"{n} ({len(values):,})", color=colours[n])
+    for i, s in enumerate(sla_ms):
+        ax_cdf.axvline(s, color="grey", linestyle=":", linewidth=1,
+                       label="SLA classes" if i == 0 else None)
+    ax_cdf.set_xscale("log")
+    ax_cdf.set_xlabel("latency (ms, log scale)")
+    ax_cdf.set_ylabel("share of completed requests")
+    ax_cdf.set_title("latency CDF")
+    ax_cdf.grid(True, which="both", alpha=0.3)
+    ax_cdf.legend(loc="lower right", fontsize=8)
+
+
+def _busy_panel(ax_busy, names: Sequence[str], colours: Mapping[str, str],
+                busy: Mapping[str, Sequence[tuple[float, float]]]) -> None:
+    """The per-second busy fraction per model."""
+    for n in names:
+        pts = busy.get(n, ())
+        if pts:
+            ax_busy.plot([p[0] for p in pts], [p[1] for p in pts], ".-",
+                         color=colours[n], label=n, linewidth=1)
+    ax_busy.set_ylim(-0.02, 1.05)
+    ax_busy.set_ylabel("busy fraction")
+    ax_busy.set_xlabel("time since the first segment started (s)")
+    ax_busy.set_title("per-second device busy fraction")
+    ax_busy.grid(True, alpha=0.3)
