@@ -232,27 +232,43 @@ def urgency_order(queue: EntryQueue, now_s: float, ctl: ControlConfig, correctio
     """
     q = queue
     corr = correction
-    decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
-    threshold = ctl.urgent_threshold
-    lo, hi = q.lo, q.hi
+    decay, unit = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms
     # (The vectorised form needs 0 < decay < 1 and unit > 0, as profiles are validated
     # to have; anything else takes the scalar definition, errors included.)
     if q.n <= small_queue or not (0.0 < decay < 1.0 and unit > 0.0):
-        scored = []
-        for e in q:
-            slack_ms = (e.deadline_s - now_s) * 1000.0 - (
-                e.efficient_ms if behind else e.alone_ms) * corr
-            waited_s = now_s - e.req.arrival_s
-            if slack_ms >= 0:
-                scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
-            else:
-                scored.append((-1.0 + aging * waited_s, False, e))
-        scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
-        del scored[limit:]
-        return ([ok and u >= threshold for u, ok, _ in scored], [ok for _, ok, _ in scored],
-                [e.slot for _, _, e in scored], [e.seq_len for _, _, e in scored])
+        return _urgency_order_scalar(q, now_s, ctl, corr, behind, limit)
+    return _urgency_order_vectorised(q, now_s, ctl, corr, behind, limit)
 
-    # Vectorised: the same order, and every urgent flag the same (see exact_rank).
+
+def _urgency_order_scalar(q: EntryQueue, now_s: float, ctl: ControlConfig, corr: float,
+                          behind: bool, limit: int
+                          ) -> tuple[list[bool], list[bool], list[int], list[int]]:
+    """``urgency_order`` by its definition, one entry at a time (the oracle)."""
+    decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+    threshold = ctl.urgent_threshold
+    scored = []
+    for e in q:
+        slack_ms = (e.deadline_s - now_s) * 1000.0 - (
+            e.efficient_ms if behind else e.alone_ms) * corr
+        waited_s = now_s - e.req.arrival_s
+        if slack_ms >= 0:
+            scored.append((decay ** (slack_ms / unit) + aging * waited_s, True, e))
+        else:
+            scored.append((-1.0 + aging * waited_s, False, e))
+    scored.sort(key=lambda t: -t[0])  # stable: equal urgency keeps arrival order
+    del scored[limit:]
+    return ([ok and u >= threshold for u, ok, _ in scored], [ok for _, ok, _ in scored],
+            [e.slot for _, _, e in scored], [e.seq_len for _, _, e in scored])
+
+
+def _urgency_order_vectorised(q: EntryQueue, now_s: float, ctl: ControlConfig, corr: float,
+                              behind: bool, limit: int
+                              ) -> tuple[list[bool], list[bool], list[int], list[int]]:
+    """``urgency_order`` over numpy columns: the same order, and every urgent flag the same
+    (see exact_rank). Needs 0 < decay < 1 and unit > 0."""
+    decay, unit, aging = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms, ctl.aging_per_s
+    threshold = ctl.urgent_threshold
+    lo, hi = q.lo, q.hi
     cost = (q.efficient if behind else q.alone)[lo:hi]
     # The scalar expressions above, elementwise: the same floats (IEEE).
     slack = (q.deadline[lo:hi] - now_s) * 1000.0 - cost * corr

@@ -26,91 +26,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .cost_model import batch_shape, formula_ms
 from .policy import BatchingPolicy, QueueFull, RejectReason, decide, wake_time
 from .profile import CostModelConfig
 from .request import QueuedRequest
-from .stats import percentile
+from .sim_result import MET, MISSED, PENDING, REJECTED, SimResult, summarise
 
 # Event priorities at equal times (lower first).
 ARRIVAL, COMPLETION, TICK, WAKE = 0, 1, 2, 3
-# Per-request outcomes.
-PENDING, MET, MISSED, REJECTED = 0, 1, 2, 3
-OUTCOME_NAMES = {PENDING: "pending", MET: "met", MISSED: "missed", REJECTED: "rejected"}
-
 # Latency within SLA up to float noise counts as met.
 _SLA_EPS_MS = 1e-9
-
-
-@dataclass(frozen=True)
-class ClassStats:
-    """Outcome counts and latency percentiles (ms) of one SLA class."""
-
-    sla_ms: float
-    arrivals: int
-    met: int
-    missed: int
-    rejected: int
-    attainment: float  # met / arrivals
-    p50_ms: float  # over completed requests (met + missed); nan if none
-    p99_ms: float
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    request_id: int
-    arrival_s: float
-    dispatch_s: float  # nan if never dispatched
-    finish_s: float  # completion, or the rejection time; nan if unfinished
-    seq_len: int
-    sla_ms: float
-    outcome: str  # "met", "missed" or "rejected"
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """What one run measured. Equal inputs give equal results (``wall_s`` aside)."""
-
-    policy: str
-    arrivals: int
-    met: int
-    missed: int
-    rejected: int
-    rejected_reasons: dict[str, int]
-    duration_s: float  # from 0 to the last arrival or completion, whichever is later
-    throughput_rps: float  # completed (met + missed) per second
-    goodput_rps: float  # met per second
-    sla_attainment: float  # met / arrivals
-    p50_ms: float
-    p99_ms: float
-    per_class: dict[float, ClassStats]
-    utilization_fluctuation: float  # std of the per-second device busy fraction
-    mean_busy_fraction: float  # device busy time / duration
-    padding_waste: float  # (padded - real tokens) / padded tokens, over all batches
-    batches: int
-    mean_batch_size: float
-    dispatch_reasons: dict[str, int]
-    zones: dict[int, int]  # decisions that dispatched a batch, per zone
-    # Per request, indexed by request id (= position in the arrival list).
-    arrival_s: tuple[float, ...] = field(repr=False)
-    dispatch_s: tuple[float, ...] = field(repr=False)
-    finish_s: tuple[float, ...] = field(repr=False)
-    seq_len: tuple[int, ...] = field(repr=False)
-    sla_ms: tuple[float, ...] = field(repr=False)
-    outcome: tuple[int, ...] = field(repr=False)
-    wall_s: float = field(default=0.0, compare=False)
-
-    @property
-    def completed(self) -> int:
-        return self.met + self.missed
-
-    def records(self) -> list[RequestRecord]:
-        return [RequestRecord(i, self.arrival_s[i], self.dispatch_s[i], self.finish_s[i],
-                              self.seq_len[i], self.sla_ms[i], OUTCOME_NAMES[self.outcome[i]])
-                for i in range(self.arrivals)]
 
 
 def device_ms(cost_model: CostModelConfig, lengths: Sequence[int], cost_mode: str = "padded",
@@ -134,135 +61,153 @@ def simulate(policy: BatchingPolicy, arrivals: Sequence[Any], cost_model: CostMo
     if control_period_s <= 0:
         raise ValueError(f"control_period_s must be > 0 (got {control_period_s!r})")
     started_wall = wall_clock() if wall_clock is not None else 0.0
-    n = len(arrivals)
-    times = [a.time_s for a in arrivals]
-    if n and not times[0] >= 0.0:
-        raise ValueError(f"arrival times must be >= 0 s (got {times[0]!r})")
-    for i in range(1, n):
-        if times[i] < times[i - 1]:
-            raise ValueError(f"arrivals must be sorted by time_s (index {i}: "
-                             f"{times[i]!r} < {times[i - 1]!r})")
-    lengths = [a.seq_len for a in arrivals]
-    slas = [a.sla_ms for a in arrivals]
-    nan = math.nan
-    dispatch = [nan] * n
-    finish = [nan] * n
-    outcome = [PENDING] * n
-    rejected_reasons: dict[str, int] = {}
-    reasons: dict[str, int] = {}
-    zones: dict[int, int] = {}
-    busy_bins: list[float] = []
-
-    horizon_s = (times[-1] if n else 0.0) + drain_timeout_s
-    heap: list = []
-    seq = itertools.count()
-    push, pop = heapq.heappush, heapq.heappop
-    submit, tick = policy.submit, policy.tick
-    batch_started, batch_finished = policy.batch_started, policy.batch_finished
-
-    if n:
-        push(heap, (times[0], ARRIVAL, next(seq), 0))
-        push(heap, (0.0, TICK, next(seq), 1))
-    arrivals_done = n == 0
-    busy = False
-    wake_gen = 0
-    pending_wake_s = None
-    n_batches = 0
-    batched_requests = 0
-    padded_tokens = 0
-    real_tokens = 0
-    busy_total = 0.0
-    last_finish_s = times[-1] if n else 0.0
-
-    def reject(req: QueuedRequest, reason: str, now_s: float) -> None:
-        rid = req.request_id
-        if outcome[rid] == PENDING:
-            outcome[rid] = REJECTED
-            finish[rid] = now_s
-            rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
-
-    while heap:
-        now, kind, _, payload = pop(heap)
-        if kind == ARRIVAL:
-            i = payload
-            if i + 1 < n:
-                push(heap, (times[i + 1], ARRIVAL, next(seq), i + 1))
-            else:
-                arrivals_done = True
-            try:
-                submit(QueuedRequest(i, lengths[i], times[i], slas[i]), now)
-            except QueueFull:
-                outcome[i] = REJECTED
-                finish[i] = now
-                reason = RejectReason.QUEUE_FULL
-                rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
-        elif kind == COMPLETION:
-            batch, started = payload
-            busy = False
-            last_finish_s = now
-            for req in batch:
-                rid = req.request_id
-                finish[rid] = now
-                outcome[rid] = MET if (now - req.arrival_s) * 1000.0 <= req.sla_ms + _SLA_EPS_MS \
-                    else MISSED
-            batch_finished(batch, started, now)
-        elif kind == TICK:
-            tick(now)
-            nxt = payload * control_period_s
-            if nxt <= horizon_s and not (arrivals_done and not busy and policy.queue_depth == 0):
-                push(heap, (nxt, TICK, next(seq), payload + 1))
-        else:  # WAKE
-            if payload != wake_gen:
-                continue  # stale: superseded by a later decision
-            pending_wake_s = None
-        # Decide once per instant, after every event at this time (simultaneous arrivals
-        # batch together), and only while the device is free and work is queued.
-        if busy or (heap and heap[0][0] <= now) or not policy.queue_depth:
-            continue
-
-        # The device is free: ask the policy (policy.decide re-asks while a flush only sheds).
-        decision = decide(policy, now, arrivals_done)
-        for req, reason in decision.rejected:
-            reject(req, reason, now)
-        batch = decision.batch
-        if batch:
-            busy = True
-            wake_gen += 1
-            pending_wake_s = None
-            shape = batch_shape([r.seq_len for r in batch], cost_mode)
-            duration = formula_ms(cost_model, shape) * time_scale / 1000.0
-            for req in batch:
-                dispatch[req.request_id] = now
-            batch_started(batch, now)
-            end = now + duration
-            push(heap, (end, COMPLETION, next(seq), (batch, now)))
-            n_batches += 1
-            batched_requests += shape.batch_size
-            padded_tokens += shape.padded_tokens
-            real_tokens += shape.real_tokens
-            busy_total += duration
-            r, z = str(decision.reason), int(decision.zone)  # plain keys in the result
-            reasons[r] = reasons.get(r, 0) + 1
-            zones[z] = zones.get(z, 0) + 1
-            _add_busy(busy_bins, now, end, duration)
-            continue
-        wake_at = wake_time(decision, now)
-        if wake_at is not None and wake_at != pending_wake_s and wake_at <= horizon_s:
-            wake_gen += 1
-            pending_wake_s = wake_at
-            push(heap, (wake_at, WAKE, next(seq), wake_gen))
-
-    for rid in range(n):
-        if outcome[rid] == PENDING:
-            outcome[rid] = REJECTED
-            reason = RejectReason.UNFINISHED
-            rejected_reasons[str(reason)] = rejected_reasons.get(str(reason), 0) + 1
-
+    run = _Run(arrivals, cost_model, cost_mode, time_scale)
+    run.events(policy, control_period_s, drain_timeout_s)
+    run.give_up_unfinished()
     wall = (wall_clock() - started_wall) if wall_clock is not None else 0.0
-    return _summarise(
-        name if name is not None else type(policy).__name__, times, lengths, slas, dispatch,
-        finish, outcome, rejected_reasons, reasons, zones, busy_bins, last_finish_s,
-        n_batches, batched_requests, padded_tokens, real_tokens, busy_total, wall)
+    return run.result(name if name is not None else type(policy).__name__, wall)
+
+
+class _Run:
+    """One simulation's per-request columns and device tallies (request ids are indices)."""
+
+    def __init__(self, arrivals: Sequence[Any], cost_model: CostModelConfig, cost_mode: str,
+                 time_scale: float):
+        n = self.n = len(arrivals)
+        times = self.times = [a.time_s for a in arrivals]
+        if n and not times[0] >= 0.0:
+            raise ValueError(f"arrival times must be >= 0 s (got {times[0]!r})")
+        for i in range(1, n):
+            if times[i] < times[i - 1]:
+                raise ValueError(f"arrivals must be sorted by time_s (index {i}: "
+                                 f"{times[i]!r} < {times[i - 1]!r})")
+        self.lengths = [a.seq_len for a in arrivals]
+        self.slas = [a.sla_ms for a in arrivals]
+        self.cost_model, self.cost_mode, self.time_scale = cost_model, cost_mode, time_scale
+        self.dispatch = [math.nan] * n
+        self.finish = [math.nan] * n
+        self.outcome = [PENDING] * n
+        self.rejected_reasons: dict[str, int] = {}
+        self.reasons: dict[str, int] = {}
+        self.zones: dict[int, int] = {}
+        self.busy_bins: list[float] = []
+        self.n_batches = self.batched_requests = self.padded_tokens = self.real_tokens = 0
+        self.busy_total = 0.0
+        self.last_finish_s = times[-1] if n else 0.0
+
+    def events(self, policy: BatchingPolicy, control_period_s: float,
+               drain_timeout_s: float) -> None:
+        """The event loop (see the module docstring for its order of events)."""
+        n, times = self.n, self.times
+        horizon_s = (times[-1] if n else 0.0) + drain_timeout_s
+        heap: list = []
+        seq = itertools.count()
+        push, pop = heapq.heappush, heapq.heappop
+        if n:
+            push(heap, (times[0], ARRIVAL, next(seq), 0))
+            push(heap, (0.0, TICK, next(seq), 1))
+        arrivals_done = n == 0
+        busy = False
+        wake_gen = 0
+        pending_wake_s = None
+        while heap:
+            now, kind, _, payload = pop(heap)
+            if kind == ARRIVAL:
+                if payload + 1 < n:
+                    push(heap, (times[payload + 1], ARRIVAL, next(seq), payload + 1))
+                else:
+                    arrivals_done = True
+                self.arrive(policy, payload, now)
+            elif kind == COMPLETION:
+                busy = False
+                self.complete(policy, payload[0], payload[1], now)
+            elif kind == TICK:
+                policy.tick(now)
+                nxt = payload * control_period_s
+                if nxt <= horizon_s and not (arrivals_done and not busy and not policy.queue_depth):
+                    push(heap, (nxt, TICK, next(seq), payload + 1))
+            elif payload != wake_gen:  # WAKE
+                continue  # stale: superseded by a later decision
+            else:
+                pending_wake_s = None
+            # Decide once per instant, after every event at this time (simultaneous arrivals
+            # batch together), and only while the device is free and work is queued.
+            if busy or (heap and heap[0][0] <= now) or not policy.queue_depth:
+                continue
+            # The device is free: ask the policy (policy.decide re-asks while a flush sheds).
+            decision = decide(policy, now, arrivals_done)
+            for req, reason in decision.rejected:
+                self.reject(req.request_id, reason, now)
+            if decision.batch:
+                busy = True
+                wake_gen += 1
+                pending_wake_s = None
+                push(heap, (self.start(policy, decision, now), COMPLETION, next(seq),
+                            (decision.batch, now)))
+                continue
+            wake_at = wake_time(decision, now)
+            if wake_at is not None and wake_at != pending_wake_s and wake_at <= horizon_s:
+                wake_gen += 1
+                pending_wake_s = wake_at
+                push(heap, (wake_at, WAKE, next(seq), wake_gen))
+
+    def arrive(self, policy: BatchingPolicy, i: int, now: float) -> None:
+        try:
+            policy.submit(QueuedRequest(i, self.lengths[i], self.times[i], self.slas[i]), now)
+        except QueueFull:
+            self.reject(i, RejectReason.QUEUE_FULL, now)
+
+    def reject(self, rid: int, reason: str, now_s: float) -> None:
+        if self.outcome[rid] == PENDING:
+            self.outcome[rid] = REJECTED
+            self.finish[rid] = now_s
+            reason = str(reason)  # plain keys in the result
+            self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def start(self, policy: BatchingPolicy, decision, now: float) -> float:
+        """Run ``decision.batch`` on the device from ``now``; returns its end time."""
+        batch = decision.batch
+        shape = batch_shape([r.seq_len for r in batch], self.cost_mode)
+        duration = formula_ms(self.cost_model, shape) * self.time_scale / 1000.0
+        for req in batch:
+            self.dispatch[req.request_id] = now
+        policy.batch_started(batch, now)
+        end = now + duration
+        self.n_batches += 1
+        self.batched_requests += shape.batch_size
+        self.padded_tokens += shape.padded_tokens
+        self.real_tokens += shape.real_tokens
+        self.busy_total += duration
+        r, z = str(decision.reason), int(decision.zone)  # plain keys in the result
+        self.reasons[r] = self.reasons.get(r, 0) + 1
+        self.zones[z] = self.zones.get(z, 0) + 1
+        _add_busy(self.busy_bins, now, end, duration)
+        return end
+
+    def complete(self, policy: BatchingPolicy, batch, started: float, now: float) -> None:
+        self.last_finish_s = now
+        finish, outcome = self.finish, self.outcome
+        for req in batch:
+            rid = req.request_id
+            finish[rid] = now
+            outcome[rid] = MET if (now - req.arrival_s) * 1000.0 <= req.sla_ms + _SLA_EPS_MS \
+                else MISSED
+        policy.batch_finished(batch, started, now)
+
+    def give_up_unfinished(self) -> None:
+        """Requests still unanswered when the run ends count as rejected."""
+        for rid in range(self.n):
+            if self.outcome[rid] == PENDING:
+                self.outcome[rid] = REJECTED
+                reason = str(RejectReason.UNFINISHED)
+                self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def result(self, name: str, wall_s: float) -> SimResult:
+        return summarise(
+            name, self.times, self.lengths, self.slas, self.dispatch, self.finish, self.outcome,
+            self.rejected_reasons, self.reasons, self.zones, self.busy_bins, self.last_finish_s,
+            self.n_batches, self.batched_requests, self.padded_tokens, self.real_tokens,
+            self.busy_total, wall_s)
 
 
 def _add_busy(busy_bins: list[float], start_s: float, end_s: float, duration_s: float) -> None:
@@ -277,85 +222,6 @@ def _add_busy(busy_bins: list[float], start_s: float, end_s: float, duration_s: 
         for k in range(first + 1, last):
             busy_bins[k] += 1.0
         busy_bins[last] += end_s - last
-
-
-def _summarise(name, times, lengths, slas, dispatch, finish, outcome, rejected_reasons,
-               reasons, zones, busy_bins, duration, n_batches, batched_requests,
-               padded_tokens, real_tokens, busy_total, wall) -> SimResult:
-    n = len(times)
-    met = outcome.count(MET)
-    missed = outcome.count(MISSED)
-    rejected = outcome.count(REJECTED)
-    latencies_by_class: dict[float, list[float]] = {}
-    counts: dict[float, list[int]] = {}
-    all_latencies = []
-    for i in range(n):
-        sla = slas[i]
-        c = counts.get(sla)
-        if c is None:
-            c = counts[sla] = [0, 0, 0, 0]
-            latencies_by_class[sla] = []
-        o = outcome[i]
-        c[o] += 1
-        if o == MET or o == MISSED:
-            lat = (finish[i] - times[i]) * 1000.0
-            all_latencies.append(lat)
-            latencies_by_class[sla].append(lat)
-    all_latencies.sort()
-    per_class = {}
-    for sla in sorted(counts):
-        c = counts[sla]
-        lat = sorted(latencies_by_class[sla])
-        total = sum(c)
-        per_class[sla] = ClassStats(sla, total, c[MET], c[MISSED], c[REJECTED],
-                                    c[MET] / total if total else math.nan,
-                                    percentile(lat, 50), percentile(lat, 99))
-
-    # Per-second busy fraction over the whole seconds of the run (or the one partial
-    # second of a shorter run).
-    whole = int(duration)
-    if whole >= 1:
-        fractions = [min(b, 1.0) for b in busy_bins[:whole]]
-        fractions += [0.0] * (whole - len(fractions))
-    elif duration > 0:
-        fractions = [min(sum(busy_bins) / duration, 1.0)]
-    else:
-        fractions = []
-    if fractions:
-        mean_f = sum(fractions) / len(fractions)
-        fluctuation = math.sqrt(sum((f - mean_f) ** 2 for f in fractions) / len(fractions))
-    else:
-        fluctuation = math.nan
-
-    return SimResult(
-        policy=name,
-        arrivals=n,
-        met=met,
-        missed=missed,
-        rejected=rejected,
-        rejected_reasons=dict(sorted(rejected_reasons.items())),
-        duration_s=duration,
-        throughput_rps=(met + missed) / duration if duration > 0 else 0.0,
-        goodput_rps=met / duration if duration > 0 else 0.0,
-        sla_attainment=met / n if n else math.nan,
-        p50_ms=percentile(all_latencies, 50),
-        p99_ms=percentile(all_latencies, 99),
-        per_class=per_class,
-        utilization_fluctuation=fluctuation,
-        mean_busy_fraction=busy_total / duration if duration > 0 else 0.0,
-        padding_waste=(padded_tokens - real_tokens) / padded_tokens if padded_tokens else 0.0,
-        batches=n_batches,
-        mean_batch_size=batched_requests / n_batches if n_batches else 0.0,
-        dispatch_reasons=dict(sorted(reasons.items())),
-        zones=dict(sorted(zones.items())),
-        arrival_s=tuple(times),
-        dispatch_s=tuple(dispatch),
-        finish_s=tuple(finish),
-        seq_len=tuple(lengths),
-        sla_ms=tuple(slas),
-        outcome=tuple(outcome),
-        wall_s=wall,
-    )
 
 
 def capacity_rps(cost_model: CostModelConfig, cost_mode: str, time_scale: float,

@@ -30,11 +30,12 @@ from hypothesis import event as _hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from scheduler_core import profile as profile_mod
-from scheduler_core.profile import (COST_MODES, ControlConfig, CostModelConfig,
+from scheduler_core import profile_limits
+from scheduler_core.profile import (ControlConfig, CostModelConfig,
                                     EmulationConfig, HardwareProfile, ProfileError,
                                     SchedulerConfig, load_profile, load_profile_dir,
-                                    profile_from_mapping, select_profile, with_emulation)
+                                    parse_override, profile_from_mapping, select_profile,
+                                    with_emulation, with_overrides)
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -53,9 +54,10 @@ T4_DOC = yaml.safe_load(T4_TEXT)
 SECTIONS = {"cost_model": CostModelConfig, "emulation": EmulationConfig,
             "scheduler": SchedulerConfig, "control": ControlConfig}
 TOP_KEYS = ["name", "description", "device_match", *SECTIONS]
-BOUNDS = profile_mod.BOUNDS
-ENTRY_MODES = getattr(profile_mod, "ENTRY_MODES", ("all", "weighted"))
-INFEASIBLE_POLICIES = getattr(profile_mod, "INFEASIBLE_POLICIES", ("serve_late", "reject"))
+BOUNDS = profile_limits.BOUNDS
+COST_MODES = profile_limits.COST_MODES
+ENTRY_MODES = profile_limits.ENTRY_MODES
+INFEASIBLE_POLICIES = profile_limits.INFEASIBLE_POLICIES
 
 # Python refuses str()/repr() of ints above 4300 digits; such ints make the loader raise
 # ValueError (known bug, see the regressions). The broad strategies stay below.
@@ -547,10 +549,6 @@ def test_with_emulation_accepts_valid_overrides(time_scale, cost_mode):
 
 # ---------------------------------------------------------------- parse_override / with_overrides
 
-parse_override = getattr(profile_mod, "parse_override", None)
-with_overrides = getattr(profile_mod, "with_overrides", None)
-needs_overrides = pytest.mark.skipif(with_overrides is None or parse_override is None,
-                                     reason="scheduler_core.profile has no with_overrides")
 
 FIELD_KEYS = [f"{sec}.{f.name}" for sec, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
 dotted_keys = st.one_of(
@@ -566,7 +564,6 @@ override_texts = st.one_of(
     st.integers(4200, 4400).map(lambda n: "9" * n))
 
 
-@needs_overrides
 @FUZZ
 @given(params=st.dictionaries(dotted_keys, override_texts, max_size=4), source=sources)
 def test_parse_override_then_with_overrides(params, source):
@@ -597,7 +594,6 @@ def test_parse_override_then_with_overrides(params, source):
                                                        BASE.device_match)
 
 
-@needs_overrides
 @FUZZ
 @given(overrides=st.dictionaries(
            st.one_of(st.sampled_from(sorted(SECTIONS)), st.sampled_from(["name", "bogus", ""])),

@@ -9,8 +9,8 @@ import pytest
 
 from scheduler_core import policy as contract
 from scheduler_core.scheduler import Scheduler
-from scheduler_core.baselines import (AdaptiveCostBatcher, FixedWindow,
-                                      TritonDynamicBatcher, fifo_prefix)
+from scheduler_core.baselines import AdaptiveCostBatcher, FixedWindow, TritonDynamicBatcher
+from scheduler_core.native_batcher import fifo_prefix
 from scheduler_core.cost_model import CostEstimator
 from scheduler_core.policy import RejectReason
 from scheduler_core.profile import CostModelConfig

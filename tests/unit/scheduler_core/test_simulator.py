@@ -13,6 +13,7 @@ from scheduler_core.cost_model import CostEstimator
 from scheduler_core.profile import CostModelConfig, SchedulerConfig
 from scheduler_core.policy import BatchDecision, BatchingPolicy, RejectReason
 from scheduler_core.scheduler import Scheduler
+from scheduler_core.sim_result import OUTCOME_NAMES
 from scheduler_core.simulator import MET, MISSED, REJECTED, capacity_rps, device_ms, simulate
 from scheduler_core.stats import percentile
 
@@ -52,7 +53,7 @@ def test_hand_computed_fixed_window_scenario():
     assert r.goodput_rps == pytest.approx(3 / 0.10166)
     assert r.per_class[10.0].missed == 1 and r.per_class[10.0].p50_ms == pytest.approx(11.8)
     assert r.per_class[100.0].attainment == 1.0
-    assert [rec.outcome for rec in r.records()] == ["met", "met", "missed", "met"]
+    assert [OUTCOME_NAMES[o] for o in r.outcome] == ["met", "met", "missed", "met"]
 
 
 def test_device_time_is_exactly_the_emulated_formula_times_time_scale():
