@@ -369,11 +369,7 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
     check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
                         duration_s, lengths, sla_classes, seed)
     http = _http_base(url)
-    if not metrics_url:
-        try:
-            metrics_url = default_metrics_url(url)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--url") from None
+    metrics_url = metrics_url or _metrics_url_of(url)
     explicit_model = explicit_model or f"{model_base}_explicit"
     native_model = native_model or f"{model_base}_native"
     xi, ni, warnings = read_model_pair(http, explicit_model, native_model)
@@ -386,10 +382,7 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
         request_intervals, input_data, workload_path, scale, default_sla, arrival=arrival,
         rate=rate, lengths=lengths, sla_classes=sla_classes, duration_s=duration_s, seed=seed)
 
-    os.makedirs(out_dir, exist_ok=True)
-    keep_dir = os.path.join(out_dir, f"{name}_data")
-    workdir = keep_dir if keep_data else tempfile.mkdtemp(prefix="compare-")
-    os.makedirs(workdir, exist_ok=True)
+    workdir = _make_workdir(out_dir, name, keep_data)
     try:
         intervals, data_sla, data_plain, table = write_inputs(workdir, offsets_ms, entries)
         n = len(offsets_ms)
@@ -399,26 +392,19 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
                                      offsets_ms, table, gap_s, scrape_period_s)
         samples = scraper.samples
 
-        summaries, series, latencies = {}, {}, {}
-        for role, model, gauge in (("explicit", explicit_model, True),
-                                   ("native", native_model, False)):
-            summaries[role], series[role], latencies[role] = summarise_model(
-                role, model, runs, samples, gauge)
+        summaries, series, latencies = summarise_models(runs, samples, explicit_model,
+                                                        native_model)
         ok_runs = [s for s in runs if s.ok]
         t0 = min((s.start_ns for s in ok_runs), default=samples[0].t_ns if samples else 0)
 
         png = os.path.join(out_dir, f"{name}.png")
         write_plot(png, ok_runs, (explicit_model, native_model), latencies, series, t0,
                    sorted({e["SLA_MS"]["content"][0] for e in entries}),
-                   title=f"{explicit_model} vs {native_model} - "
-                         f"{'EMULATED ' if xi.emulated else ''}"
-                         f"{xi.hardware_profile or ''} device, time scale {scale:g}")
+                   title=_plot_title(xi, native_model))
         if keep_data:
             write_requests_csv(os.path.join(workdir, "requests.csv"), runs, t0)
 
-        spans = {m: [(s.start_ns, s.end_ns) for s in ok_runs if s.model == m]
-                 for m in (explicit_model, native_model)}
-        raw_busy = {m: counter_busy(samples, m, spans[m]) for m in spans}
+        raw_busy = raw_counter_busy(samples, ok_runs, (explicit_model, native_model))
         failed = [s for s in runs if not s.ok]
         fifo_cap = (fifo_and_capacity(profile, xi, ni, [e_len for e_len, _ in table.values()])
                     if profile is not None and xi.emulated else None)
@@ -442,6 +428,48 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
 
 
 # -- the command's steps ------------------------------------------------------------------------
+
+def _make_workdir(out_dir: str, name: str, keep_data: bool) -> str:
+    """The folder for the trace, the inputs and the exports: ``<out>/<name>_data`` when
+    they are kept, else a temporary one."""
+    os.makedirs(out_dir, exist_ok=True)
+    keep_dir = os.path.join(out_dir, f"{name}_data")
+    workdir = keep_dir if keep_data else tempfile.mkdtemp(prefix="compare-")
+    os.makedirs(workdir, exist_ok=True)
+    return workdir
+
+
+def _plot_title(xi: ModelInfo, native_model: str) -> str:
+    return (f"{xi.name} vs {native_model} - "
+            f"{'EMULATED ' if xi.emulated else ''}"
+            f"{xi.hardware_profile or ''} device, time scale {xi.time_scale:g}")
+
+
+def _metrics_url_of(url: str) -> str:
+    """The metrics page next to the HTTP endpoint; BadParameter when it cannot be told."""
+    try:
+        return default_metrics_url(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from None
+
+
+def summarise_models(runs: Sequence[Segment], samples, explicit_model: str,
+                     native_model: str) -> tuple[dict, dict, dict]:
+    """({role: summary}, {role: busy series}, {role: latencies}) of both models."""
+    summaries, series, latencies = {}, {}, {}
+    for role, model, gauge in (("explicit", explicit_model, True),
+                               ("native", native_model, False)):
+        summaries[role], series[role], latencies[role] = summarise_model(
+            role, model, runs, samples, gauge)
+    return summaries, series, latencies
+
+
+def raw_counter_busy(samples, ok_runs: Sequence[Segment], models: Sequence[str]
+                     ) -> dict[str, float | None]:
+    """{model: what Triton's compute counter claims as its busy fraction in its segments}."""
+    spans = {m: [(s.start_ns, s.end_ns) for s in ok_runs if s.model == m] for m in models}
+    return {m: counter_busy(samples, m, spans[m]) for m in spans}
+
 
 def check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
                         duration_s, lengths, sla_classes, seed) -> None:
@@ -618,22 +646,12 @@ def run_warnings(runs: Sequence[Segment], scraper) -> list[str]:
     return warnings
 
 
-def report_text(*, command_line: str, note, http: str, metrics_url: str, xi: ModelInfo,
-                ni: ModelInfo, workload_text: str, offered: float, fifo_cap, runs, gap_s: float,
-                n: int, rows, raw_busy, scrape_period_s: float, warnings: Sequence[str],
-                name: str) -> str:
-    """The markdown report."""
+def _setup_lines(http: str, metrics_url: str, xi: ModelInfo, ni: ModelInfo,
+                 workload_text: str, offered: float, fifo, cap, runs, gap_s: float, n: int
+                 ) -> list[str]:
+    """The report's list of what ran: server, devices, native batcher, workload, segments."""
     explicit_model, native_model = xi.name, ni.name
-    fifo, cap = fifo_cap if fifo_cap else (None, None)
-    lines = [
-        f"# explicit vs native on a live server: `{explicit_model}` vs `{native_model}`",
-        "",
-        f"Command: `{command_line}`",
-        "",
-    ]
-    if note:
-        lines += [note, ""]
-    lines += [
+    return [
         f"- Server: {http} (metrics {metrics_url}); {time.strftime('%Y-%m-%d %H:%M %Z')}.",
         f"- Device: `{explicit_model}`: {xi.device_text()}; `{native_model}`: "
         f"{ni.device_text()}. Read from each model's config (`GET /v2/models/<m>/config`)."
@@ -651,8 +669,14 @@ def report_text(*, command_line: str, note, http: str, metrics_url: str, xi: Mod
         f"trace with perf_analyzer `--request-intervals` (`--async`, `--request-count "
         f"{n}`), per-request timestamps from `--profile-export-file`.",
         "",
-        report.summary_table(rows, ratio=("explicit", "native")),
-        "",
+    ]
+
+
+def _method_lines(runs, xi: ModelInfo, ni: ModelInfo, raw_busy, scrape_period_s: float
+                  ) -> list[str]:
+    """The per-segment table and how each column and the utilisation were measured."""
+    explicit_model, native_model = xi.name, ni.name
+    return [
         "Per segment, in run order:",
         "",
         segment_table(runs),
@@ -679,6 +703,30 @@ def report_text(*, command_line: str, note, http: str, metrics_url: str, xi: Mod
         "Triton does not export the native model's.",
         "",
     ]
+
+
+def report_text(*, command_line: str, note, http: str, metrics_url: str, xi: ModelInfo,
+                ni: ModelInfo, workload_text: str, offered: float, fifo_cap, runs, gap_s: float,
+                n: int, rows, raw_busy, scrape_period_s: float, warnings: Sequence[str],
+                name: str) -> str:
+    """The markdown report."""
+    explicit_model, native_model = xi.name, ni.name
+    fifo, cap = fifo_cap if fifo_cap else (None, None)
+    lines = [
+        f"# explicit vs native on a live server: `{explicit_model}` vs `{native_model}`",
+        "",
+        f"Command: `{command_line}`",
+        "",
+    ]
+    if note:
+        lines += [note, ""]
+    lines += _setup_lines(http, metrics_url, xi, ni, workload_text, offered, fifo, cap, runs,
+                          gap_s, n)
+    lines += [
+        report.summary_table(rows, ratio=("explicit", "native")),
+        "",
+    ]
+    lines += _method_lines(runs, xi, ni, raw_busy, scrape_period_s)
     if warnings:
         lines += ["**Warnings:**", ""] + [f"- {w}" for w in warnings] + [""]
     lines += [f"![latency CDF and per-second throughput]({name}.png)", ""]
