@@ -12,7 +12,6 @@ generator's send lag (how far perf_analyzer's sends fell behind the trace).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -27,7 +26,8 @@ from scheduler_core.baselines import TritonDynamicBatcher  # noqa: E402
 from scheduler_core.profile import load_profile  # noqa: E402
 from scheduler_core.simulator import device_ms, simulate  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
-from operator_tools.perf_analyzer import WRAPPER  # noqa: E402
+from operator_tools.perf_analyzer import WRAPPER, read_profile_export  # noqa: E402
+from operator_tools.records import RequestRecord  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
 PROFILE = os.path.join(DEFAULT_MODEL_REPOSITORY, "emulated_explicit", "profiles", "t4.yaml")
@@ -53,8 +53,10 @@ def prepare_repository(workdir: str, time_scale: float) -> str:
     return repo
 
 
-def replay(url: str, arrivals, workdir: str, tag: str, measurement_ms: int) -> list[dict]:
-    """Replay ``arrivals`` with perf_analyzer; returns the exported per-request records."""
+def replay(url: str, arrivals, workdir: str, tag: str, measurement_ms: int
+           ) -> list[RequestRecord]:
+    """Replay ``arrivals`` with perf_analyzer; returns the exported per-request records
+    (sorted by send time)."""
     intervals = os.path.join(workdir, f"{tag}.intervals")
     data = os.path.join(workdir, f"{tag}.json")
     export = os.path.join(workdir, f"{tag}.export.json")
@@ -67,18 +69,15 @@ def replay(url: str, arrivals, workdir: str, tag: str, measurement_ms: int) -> l
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if not os.path.exists(export):
         raise RuntimeError(f"perf_analyzer failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
-    with open(export) as fh:
-        doc = json.load(fh)
-    return doc["experiments"][-1]["requests"]
+    return read_profile_export(export)[1]
 
 
-def compare(records: list[dict], arrivals, time_scale: float) -> dict:
-    records = sorted((r for r in records if r.get("response_timestamps")),
-                     key=lambda r: r["timestamp"])
-    t0 = records[0]["timestamp"]
-    sent = [(r["timestamp"] - t0) / 1e9 for r in records]
-    lengths = [len(r["request_inputs"]["INPUT_IDS"]) for r in records]
-    real = sorted((r["response_timestamps"][-1] - r["timestamp"]) / 1e6 for r in records)
+def compare(records: list[RequestRecord], arrivals, time_scale: float) -> dict:
+    records = [r for r in records if r.response_ns is not None]
+    t0 = records[0].sent_ns
+    sent = [(r.sent_ns - t0) / 1e9 for r in records]
+    lengths = [len(r.input_ids) for r in records]
+    real = sorted(r.latency_ms for r in records)
     # Send lag: actual send offsets against the trace's own offsets from the first send.
     trace = [a.time_s for a in arrivals]
     lag_ms = [max(0.0, (s - (trace[i % len(trace)] - trace[0])) * 1000.0)
