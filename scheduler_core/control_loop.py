@@ -195,9 +195,10 @@ class ControlLoop:
                                        (min_remaining - now_s) * 1000.0)
 
     def delay_variation(self, now_s: float) -> float:
-        """The elastic window's delay-variation input: the coefficient of variation of the
-        latencies finished within the perception window."""
-        return self.latencies.coefficient_of_variation(now_s)
+        """The design's delay variation, the one input both the elastic window and the zone
+        detector read: the coefficient of variation of the P99 latency over the last
+        ``P99_HISTORY`` perception periods (``Observation.p99_cv``)."""
+        return self.observation.p99_cv
 
     def _decide(self, now_s: float, queue_depth: int) -> None:
         if self._last_decision_s > -math.inf:

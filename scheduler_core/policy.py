@@ -38,10 +38,11 @@ MIN_WAKE_STEP_S = 1e-6
 
 
 class _StrEnum(str, Enum):
-    """A str enum that hashes, prints and formats as its value (``enum.StrEnum`` is 3.11+;
+    """A str enum that hashes, prints, reprs and formats as its value (``enum.StrEnum`` is 3.11+;
     Triton containers ship older Pythons), so it can key a dict or label a metric as is."""
 
     __str__ = str.__str__
+    __repr__ = str.__repr__
     __format__ = str.__format__
     __hash__ = str.__hash__
 

@@ -357,15 +357,20 @@ def test_failed_batch_does_not_refit_cost():
 
 
 def test_delay_variation_shrinks_window():
-    s = make(base_window_ms=10.0, beta=0.5, min_window_ms=1.0, max_batch_size=1)
-    for i, arrival in enumerate([0.0, 0.08]):
-        s.submit(req(i, arrival), arrival)
-    # latencies 100 ms and 20 ms -> CV = sqrt(3200)/60
-    s.batch_finished((req(0, 0.0),), 0.09, 0.1)
-    s.batch_finished((req(1, 0.08),), 0.09, 0.1)
+    """The window reads the one delay variation the zones read too: the coefficient of
+    variation of the P99 over the recent perception periods."""
+    s = make(base_window_ms=10.0, beta=0.5, min_window_ms=1.0, max_batch_size=1,
+             perception_window_ms=100.0)
+    s.submit(req(0, 0.0), 0.0)
+    s.batch_finished((req(0, 0.0),), 0.09, 0.1)  # latency 100 ms
+    s.tick(0.1)  # P99 history [100]: no variation yet
+    assert s.stats(0.1).window_ms == pytest.approx(10.0, rel=1e-9)
+    s.submit(req(1, 0.33), 0.33)
+    s.batch_finished((req(1, 0.33),), 0.34, 0.35)  # latency 20 ms; the 100 ms one aged out
+    s.tick(0.35)  # P99 history [100, 20] -> CV = sqrt(3200)/60
     cv = (3200 ** 0.5) / 60
-    s.tick(0.1)
-    window_ms = s.stats(0.1).window_ms
+    window_ms = s.stats(0.35).window_ms
+    assert s.stats(0.35).delay_variation == pytest.approx(cv, rel=1e-9)
     assert window_ms == pytest.approx(max(10.0 * (1 - 0.5 * cv), 1.0), rel=1e-9)
     assert window_ms < 10.0
 
