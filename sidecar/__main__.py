@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Triton's metrics endpoint (default: NVML only)")
     parser.add_argument("--out", default=DEFAULT_PATH, help="sample file to (re)write")
     parser.add_argument("--period-ms", type=float, default=200.0)
-    parser.add_argument("--timeout-ms", type=float, default=500.0)
+    parser.add_argument("--timeout-ms", type=float, default=500.0,
+                        help="deadline of one whole scrape (connect, headers and body)")
     args = parser.parse_args(argv)
     out = SampleFile(args.out)
     sidecar = Sidecar(args.metrics_url, args.period_ms / 1000.0, args.timeout_ms / 1000.0,

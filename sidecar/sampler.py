@@ -58,7 +58,11 @@ class PerceptionSample:
 
 class Sidecar:
     """Perception sidecar. ``poll_once()`` is one step (tests drive it directly);
-    ``start()`` runs it in a daemon thread every ``period_s``, backing off after failures."""
+    ``start()`` runs it in a daemon thread every ``period_s``, backing off after failures.
+
+    ``timeout_s`` is the deadline of one whole scrape (connect, headers and body): a page
+    that has not all arrived by then is a failed scrape. A poll stuck past its deadline
+    anyway (a name lookup, the NVML driver) shows in ``latest()``: see ``stuck_after_s``."""
 
     def __init__(self, metrics_url: str | None, period_s: float = 0.2, timeout_s: float = 0.5,
                  nvml: NvmlReader | None = None, clock: Callable[[], float] = time.monotonic,
@@ -79,16 +83,53 @@ class Sidecar:
         self._endpoint_failures = 0
         self._previous: tuple[float, TritonMetrics] | None = None
         self._latest: PerceptionSample | None = None
+        self._poll_started_s: float | None = None  # set while a poll runs
+        self._stuck_view: tuple[PerceptionSample, str, PerceptionSample] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sink: Callable[[PerceptionSample], None] | None = None
 
     # -- reading ------------------------------------------------------------------------
+    @property
+    def stuck_after_s(self) -> float:
+        """Seconds a poll may run before ``latest()`` stops trusting the last sample: the
+        scrape deadline plus one period for NVML and parsing."""
+        return self.timeout_s + self.period_s
+
     def latest(self) -> PerceptionSample | None:
-        return self._latest
+        """The newest sample, never blocking. While a poll has run longer than
+        ``stuck_after_s`` the newest sample is no longer current: it then reads as at least
+        degraded, and as down once the poll has run ``DOWN_AFTER_FAILURES`` times that."""
+        sample = self._latest  # read first: a poll that ends in between at worst shows stuck once
+        started_s = self._poll_started_s
+        if sample is None or started_s is None:
+            return sample
+        running_s = self._clock() - started_s
+        if running_s <= self.stuck_after_s:
+            return sample
+        health = (HEALTH_DOWN if running_s > DOWN_AFTER_FAILURES * self.stuck_after_s
+                  else HEALTH_DEGRADED)
+        if HEALTH_VALUE[sample.health] <= HEALTH_VALUE[health]:
+            return sample  # already as bad as that
+        view = self._stuck_view
+        if view is None or view[0] is not sample or view[1] != health:
+            # Built once per (sample, verdict): readers may call this every step.
+            error = f"sidecar poll stuck for over {self.stuck_after_s:g} s"
+            view = (sample, health, dataclasses.replace(
+                sample, health=health,
+                error=f"{sample.error}; {error}" if sample.error else error))
+            self._stuck_view = view
+        return view[2]
 
     # -- one step -----------------------------------------------------------------------
     def poll_once(self) -> PerceptionSample:
+        self._poll_started_s = self._clock()
+        try:
+            return self._poll()
+        finally:
+            self._poll_started_s = None
+
+    def _poll(self) -> PerceptionSample:
         errors = []
         nvml_sample = self._read_nvml(errors)
         models: dict[str, ModelRates] = {}
@@ -104,7 +145,7 @@ class Sidecar:
                 self._previous = (scraped_at, metrics)
                 endpoint_ok = True
                 self._endpoint_failures = 0
-            except Exception as exc:  # down, slow (timeout), garbage: all the same here
+            except Exception as exc:  # down, slow (deadline), garbage: all the same here
                 self._endpoint_failures += 1
                 errors.append(f"metrics endpoint: {type(exc).__name__}: {exc}")
         nvml_failed = self._nvml_failures > 0

@@ -7,8 +7,15 @@ Parsed with ``prometheus_client``'s text parser (no hand-written regexes).
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
+import socket
+import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -34,13 +41,131 @@ class MetricsParseError(ValueError):
     """The page is not a Prometheus text exposition Triton would serve."""
 
 
-def fetch_url(url: str, timeout_s: float) -> str:
-    """GET the metrics page (at most MAX_PAGE_BYTES)."""
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+class ScrapeTimeout(TimeoutError):
+    """The whole page did not arrive by the scrape's deadline (an ``OSError``, as a socket
+    timeout is)."""
+
+
+def fetch_url(url: str, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> str:
+    """GET the metrics page (at most MAX_PAGE_BYTES) within ``timeout_s`` seconds in all:
+    connect, request, headers and body. A socket timeout alone bounds each read, so a page
+    that drips one byte at a time never trips it; here every read waits at most until the
+    deadline, and the scrape raises ``ScrapeTimeout`` once it has passed. ``clock`` is
+    monotonic seconds (the name lookup before connecting is not bounded)."""
+    deadline_s = clock() + timeout_s
+    conn_args = {"deadline_s": deadline_s, "scrape_timeout_s": timeout_s, "clock": clock}
+    opener = urllib.request.build_opener(_DeadlineHTTPHandler(conn_args),
+                                         _DeadlineHTTPSHandler(conn_args))
+    try:
+        resp = opener.open(url, timeout=timeout_s)
+    except urllib.error.URLError as exc:  # urllib wraps what failed to connect or send
+        if isinstance(exc.reason, ScrapeTimeout):
+            raise exc.reason from None
+        if isinstance(exc.reason, TimeoutError):
+            raise ScrapeTimeout(f"metrics page timed out: no connection within "
+                                f"{timeout_s:g} s") from None
+        raise
+    with resp:
         body = resp.read(MAX_PAGE_BYTES + 1)
     if len(body) > MAX_PAGE_BYTES:
         raise MetricsParseError(f"metrics page larger than {MAX_PAGE_BYTES} bytes")
     return body.decode("utf-8", errors="replace")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's reader with the time left to the deadline as the timeout of each read."""
+
+    def __init__(self, sock: socket.socket, deadline_s: float, timeout_s: float,
+                 clock: Callable[[], float]):
+        super().__init__()
+        # The socket's own reader: it keeps the socket open after urllib closes the
+        # connection, until the response is closed.
+        self._raw = sock.makefile("rb", buffering=0)
+        self._sock, self._deadline_s, self._timeout_s, self._clock = (
+            sock, deadline_s, timeout_s, clock)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int | None:
+        left_s = self._deadline_s - self._clock()
+        if left_s <= 0:
+            raise self._late()
+        self._sock.settimeout(left_s)
+        try:
+            return self._raw.readinto(buffer)
+        except socket.timeout:
+            raise self._late() from None
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+    def _late(self) -> ScrapeTimeout:
+        return ScrapeTimeout(f"metrics page timed out: not complete within {self._timeout_s:g} s")
+
+
+class _DeadlineSocket:
+    """A connected socket whose response reader honours the deadline; the rest passes through."""
+
+    def __init__(self, sock: socket.socket, deadline_s: float, timeout_s: float,
+                 clock: Callable[[], float]):
+        self._sock = sock
+        self._args = (deadline_s, timeout_s, clock)
+
+    def makefile(self, mode: str = "r", *args, **kwargs):
+        if mode != "rb":  # http.client reads the response only through makefile("rb")
+            return self._sock.makefile(mode, *args, **kwargs)
+        return io.BufferedReader(_DeadlineReader(self._sock, *self._args), 64 * 1024)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+class _DeadlineConnection:
+    """Mixed into ``http.client``'s connections: connect within the time left, then read
+    through a ``_DeadlineSocket``."""
+
+    def __init__(self, *args, deadline_s: float, scrape_timeout_s: float,
+                 clock: Callable[[], float], **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = (deadline_s, scrape_timeout_s, clock)
+
+    def connect(self) -> None:
+        deadline_s, timeout_s, clock = self._deadline
+        left_s = deadline_s - clock()
+        if left_s <= 0:
+            raise ScrapeTimeout(f"metrics page timed out: no connection within {timeout_s:g} s")
+        self.timeout = left_s
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, *self._deadline)
+
+
+class _DeadlineHTTPConnection(_DeadlineConnection, http.client.HTTPConnection):
+    pass
+
+
+class _DeadlineHTTPSConnection(_DeadlineConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, conn_args: dict):
+        super().__init__()
+        self._conn_args = conn_args
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_DeadlineHTTPConnection, **self._conn_args), req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, conn_args: dict):
+        super().__init__()
+        self._conn_args = conn_args
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_DeadlineHTTPSConnection, **self._conn_args), req,
+                            context=self._context)
 
 
 def read_samples(text: str) -> list[Sample]:

@@ -1,5 +1,6 @@
 """Fixtures for the perception sidecar tests: the captured Triton 2.51 metrics page, a fake
-clock, fake NVML readers, and a real HTTP server on 127.0.0.1 whose answer a test controls.
+clock, fake NVML readers, and a real HTTP server on 127.0.0.1 whose answer a test controls
+(including how slowly it arrives).
 
 Everything here is a fixture (no helper module to import), so the tests do not depend on
 how pytest puts this directory on ``sys.path``.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -135,6 +137,9 @@ class _ServerState:
         self.status = 200
         self.content_type = "text/plain; version=0.0.4; charset=utf-8"
         self.delay_s = 0.0
+        self.drip_s = 0.0  # > 0: one byte of the answer, then this long a pause, and so on
+        self.drip_headers = False  # drip from the status line on, not only the body
+        self.drip_started_s: float | None = None  # time.monotonic() of the first drip
         self.hits = 0
         self.release = threading.Event()  # set at teardown: wakes handlers that are "slow"
 
@@ -151,6 +156,9 @@ class LocalServer:
                 if state.delay_s:
                     state.release.wait(state.delay_s)
                 body = state.body.encode("utf-8")
+                if state.drip_s:
+                    self._drip(body)
+                    return
                 try:
                     self.send_response(state.status)
                     self.send_header("Content-Type", state.content_type)
@@ -159,6 +167,23 @@ class LocalServer:
                     self.wfile.write(body)
                 except OSError:  # the client gave up (timeout): nothing to answer
                     pass
+
+            def _drip(self, body: bytes) -> None:
+                head = (f"HTTP/1.1 {state.status} OK\r\nContent-Type: {state.content_type}\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+                answer = head.encode("ascii") + body
+                at_once = 0 if state.drip_headers else len(head)
+                try:
+                    self.wfile.write(answer[:at_once])
+                    if state.drip_started_s is None:
+                        state.drip_started_s = time.monotonic()
+                    for i in range(at_once, len(answer)):
+                        self.wfile.write(answer[i:i + 1])
+                        if state.release.wait(state.drip_s):
+                            return  # teardown
+                except OSError:  # the client gave up: the point of the drip
+                    pass
+                self.close_connection = True
 
             def log_message(self, *args):  # keep the test output clean
                 pass

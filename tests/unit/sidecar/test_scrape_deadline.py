@@ -1,0 +1,143 @@
+"""A scrape has one deadline for the whole page: an endpoint that drips one byte every 0.2 s
+(a real HTTP server on 127.0.0.1) fails the scrape by its deadline, and the sidecar's
+health drops below ok within 2 s of the drip starting. A poll stuck anyway (the fetch never
+returns) stops reading as ok once it has run past the deadline plus a period."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sidecar.sampler import (DOWN_AFTER_FAILURES, HEALTH_DEGRADED, HEALTH_DOWN, HEALTH_OK,
+                             HEALTH_VALUE, Sidecar)
+from sidecar.triton_metrics import ScrapeTimeout, fetch_url
+
+DRIP_S = 0.2  # the issue's endpoint: one byte every 0.2 s
+
+
+def wait_until(accept, bound_s: float, step_s: float = 0.01):
+    """Polls ``accept()`` until it returns something truthy; bounded by ``bound_s``.
+    Waits for a real server and a real sidecar thread, not for a scheduling decision."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        value = accept()
+        if value:
+            return value
+        time.sleep(step_s)
+    pytest.fail(f"not within {bound_s} s")
+
+
+# -- fetch_url ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers"])
+def test_dripping_page_fails_by_the_deadline(local_server, real_page, drip_headers):
+    local_server.state.body = real_page
+    local_server.state.drip_s = DRIP_S
+    local_server.state.drip_headers = drip_headers
+    started = time.monotonic()
+    with pytest.raises(ScrapeTimeout, match="timed out"):
+        fetch_url(local_server.url, 1.0)
+    elapsed_s = time.monotonic() - started
+    assert 0.9 <= elapsed_s < 1.5  # the 1 s deadline, not 0.2 s per byte for 100 kB
+    assert local_server.state.drip_started_s is not None  # it did connect and drip
+
+
+def test_scrape_timeout_is_an_os_error_as_a_socket_timeout_is():
+    # operator_tools.live and others catch OSError around a scrape
+    assert issubclass(ScrapeTimeout, TimeoutError) and issubclass(ScrapeTimeout, OSError)
+
+
+def test_a_prompt_page_is_read_whole(local_server, real_page):
+    local_server.state.body = real_page
+    assert fetch_url(local_server.url, 1.0) == real_page
+
+
+def test_deadline_is_read_on_the_injected_clock(local_server, real_page, clock):
+    local_server.state.body = real_page
+    # a clock that never moves: the deadline never passes, however slow the machine
+    assert fetch_url(local_server.url, 0.001, clock=clock) == real_page
+
+    def late_clock():  # the deadline has passed by the time it would connect
+        clock.advance(1.0)
+        return clock.now
+
+    hits = local_server.state.hits
+    with pytest.raises(ScrapeTimeout, match="no connection within 0.5 s"):
+        fetch_url(local_server.url, 0.5, clock=late_clock)
+    assert local_server.state.hits == hits
+
+
+# -- the sidecar's health ---------------------------------------------------------------------
+
+def test_dripping_endpoint_makes_health_degraded_within_2_s_then_down(local_server, real_page,
+                                                                      absent_nvml):
+    local_server.state.body = real_page
+    s = Sidecar(local_server.url, nvml=absent_nvml, log=lambda _: None)  # adapter's defaults
+    s.start()
+    try:
+        def published():  # what the adapter sets sidecar_health to
+            sample = s.latest()
+            return HEALTH_VALUE[sample.health] if sample is not None else None
+
+        wait_until(lambda: published() == 1.0, 5.0)
+        local_server.state.drip_s = DRIP_S  # every request from now on drips
+        wait_until(lambda: local_server.state.drip_started_s, 5.0)
+        wait_until(lambda: published() < 1.0, 5.0)
+        degraded_after_s = time.monotonic() - local_server.state.drip_started_s
+        assert s.latest().health == HEALTH_DEGRADED
+        assert "ScrapeTimeout" in s.latest().error
+        assert degraded_after_s < 2.0, degraded_after_s
+
+        # three scrapes past their deadline, with backoff in between: down
+        wait_until(lambda: published() == 0.0, 5.0)
+        assert s.latest().health == HEALTH_DOWN
+        print(f"\ndrip -> degraded after {degraded_after_s:.2f} s; "
+              f"-> down after {time.monotonic() - local_server.state.drip_started_s:.2f} s")
+    finally:
+        s.stop()
+    assert not s._thread.is_alive()
+
+
+def test_poll_stuck_past_the_deadline_stops_reading_as_ok(absent_nvml, clock, real_page):
+    entered, release = threading.Event(), threading.Event()
+    calls = []
+
+    def fetch(url, timeout_s):
+        calls.append(timeout_s)
+        if len(calls) > 1:  # the second scrape hangs (a fetch that ignores its deadline)
+            entered.set()
+            release.wait(5.0)
+            raise TimeoutError("released")
+        return real_page
+
+    s = Sidecar("http://triton/metrics", period_s=0.2, timeout_s=0.5, nvml=absent_nvml,
+                clock=clock, fetch=fetch, log=lambda _: None)
+    good = s.poll_once()
+    assert good.health == HEALTH_OK and s.latest() is good
+    assert s.stuck_after_s == pytest.approx(0.7)
+
+    poller = threading.Thread(target=s.poll_once, daemon=True)
+    poller.start()
+    try:
+        assert entered.wait(5.0)
+        clock.advance(0.69)  # not yet past the deadline plus a period
+        assert s.latest() is good
+
+        clock.advance(0.02)
+        stuck = s.latest()
+        assert (stuck.health, stuck.taken_s) == (HEALTH_DEGRADED, good.taken_s)
+        assert "stuck for over 0.7 s" in stuck.error
+        assert s.latest() is stuck  # built once, not per read
+
+        clock.advance(DOWN_AFTER_FAILURES * 0.7 - 0.7)  # 2.11 s in: past 3 x 0.7 s
+        assert s.latest().health == HEALTH_DOWN
+        assert good.health == HEALTH_OK  # the sample itself is untouched
+    finally:
+        release.set()
+        poller.join(5.0)
+    assert not poller.is_alive()
+    after = s.latest()  # the poll ended (a failure): its own verdict, no stuck view
+    assert (after.health, after.endpoint_ok) == (HEALTH_DEGRADED, False)
+    assert "stuck" not in after.error
