@@ -32,7 +32,8 @@ import click
 import yaml
 
 from scheduler_core.perception import coefficient_of_variation
-from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError, load_profile
+from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError
+from scheduler_core.profile_files import load_profile
 
 from . import live
 from .live import LoadRefused, LoadRun, PluginSnapshot, Series

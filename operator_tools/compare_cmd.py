@@ -75,7 +75,8 @@ from typing import Sequence
 import click
 
 from scheduler_core import workload as W
-from scheduler_core.profile import ProfileError, load_profile, profile_path
+from scheduler_core.profile import ProfileError
+from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.simulator import capacity_rps, device_ms
 from scheduler_core.stats import percentile
 

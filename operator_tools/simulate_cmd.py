@@ -36,8 +36,8 @@ import yaml
 
 from scheduler_core import workload as W
 from scheduler_core import baselines
-from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile,
-                                    profile_path, with_overrides)
+from scheduler_core.profile import HardwareProfile, ProfileError, with_overrides
+from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.simulator import SimResult, capacity_rps, device_ms, simulate
 

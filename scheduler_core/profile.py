@@ -18,11 +18,9 @@ profile from the log line alone. Files are read with ``yaml.safe_load`` only.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
-import yaml
 
 from .profile_limits import (BOUNDS, COST_MODES, ENTRY_MODES, FORMER_NAMES,  # noqa: F401
                              INFEASIBLE_POLICIES, SAFE_ZONE_BATCHING)
@@ -31,7 +29,15 @@ from .safe_repr import short_repr
 
 
 class ProfileError(ValueError):
-    """A profile file is missing, unreadable or holds a bad value."""
+    """A profile file is missing, unreadable or holds a bad value. The message is bounded
+    (it reaches logs and the model-load API's reply)."""
+
+    MAX_MESSAGE_CHARS = 1000
+
+    def __init__(self, message: str):
+        if len(message) > self.MAX_MESSAGE_CHARS:
+            message = message[:self.MAX_MESSAGE_CHARS] + " [...]"
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -331,76 +337,3 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
         scheduler=sched,
         control=control,
     )
-
-
-def load_profile(path: str) -> HardwareProfile:
-    """Read and validate one profile file (``yaml.safe_load`` only)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ProfileError(f"profile {path}: file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, TypeError,
-            AttributeError, IndexError, KeyError, RecursionError) as exc:
-        # PyYAML's safe constructor raises plain ValueError & co. on malformed scalars
-        # (2001-13-40, !!int 0x), and the composer recurses once per nesting level.
-        raise ProfileError(f"profile {path}: cannot be read as YAML: "
-                           f"{type(exc).__name__}: {str(exc)[:300]}") from None
-    profile = profile_from_mapping(raw, source=path)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    if profile.name != stem:
-        raise _bad(path, "name", profile.name, f"must match the file name '{stem}'")
-    return profile
-
-
-def profile_path(profile_dir: str, name: str) -> str:
-    """Path of profile ``name`` inside ``profile_dir``; refuses names that leave the folder."""
-    if not name or not all(c.isalnum() or c in "_-" for c in name):
-        raise ProfileError(
-            f"profile name {name!r} in {profile_dir}: use letters, digits, '_' or '-' only")
-    return os.path.join(profile_dir, f"{name}.yaml")
-
-
-def load_profile_dir(profile_dir: str) -> dict[str, HardwareProfile]:
-    """Every ``*.yaml`` profile in ``profile_dir``, validated (one bad file fails all: a
-    deployment must not start on a half-valid set)."""
-    try:
-        names = sorted(f for f in os.listdir(profile_dir) if f.endswith(".yaml"))
-    except OSError as exc:
-        raise ProfileError(f"profile folder {profile_dir}: cannot be listed: {exc}") from None
-    if not names:
-        raise ProfileError(f"profile folder {profile_dir}: holds no *.yaml profile")
-    profiles = {}
-    for fname in names:
-        profile = load_profile(os.path.join(profile_dir, fname))
-        profiles[profile.name] = profile
-    return profiles
-
-
-def select_profile(profiles: Mapping[str, HardwareProfile], device_name: str | None,
-                   config_choice: str = "", env_choice: str = "",
-                   default: str = "cpu") -> tuple[str, str]:
-    """Pick a profile: the environment variable, then the model config parameter, then the
-    NVML device name (first profile whose ``device_match`` substring it contains, the
-    longest match winning: "H100" must not take an "H100 NVL" board's own profile), then
-    ``default``. Returns (name, why) - the why is logged and exported as a label."""
-    for choice, why in ((env_choice, "environment variable"),
-                        (config_choice, "model config parameter hardware_profile")):
-        if choice:
-            if choice not in profiles:
-                raise ProfileError(f"{why} names profile {choice!r}, which is not one of "
-                                   f"{sorted(profiles)}")
-            return choice, why
-    if device_name:
-        best, best_len = None, 0
-        for name, profile in sorted(profiles.items()):
-            for pattern in profile.device_match:
-                if pattern.lower() in device_name.lower() and len(pattern) > best_len:
-                    best, best_len = name, len(pattern)
-        if best is not None:
-            return best, f"NVML device '{device_name}'"
-    if default not in profiles:
-        raise ProfileError(f"no profile matches device {device_name!r} and the default "
-                           f"{default!r} is not one of {sorted(profiles)}")
-    why = f"no profile matches NVML device '{device_name}'" if device_name else "no NVML device"
-    return default, f"{why}: default"

@@ -60,7 +60,8 @@ from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
-from scheduler_core.profile import load_profile, profile_path, with_emulation  # noqa: E402
+from scheduler_core.profile import with_emulation  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
 from sidecar.triton_metrics import MetricsParseError  # noqa: E402

@@ -43,7 +43,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from scheduler_core import workload as W  # noqa: E402
-from scheduler_core.profile import load_profile, profile_path  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.request import QueuedRequest  # noqa: E402
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 

@@ -34,7 +34,8 @@ sys.path.insert(0, SCRIPTS)
 
 from simulate_report import CAPACITY_SAMPLE, LENGTHS, PROFILE_DIR, SLA_CLASSES_MS  # noqa: E402
 from scheduler_core import baselines, workload as W  # noqa: E402
-from scheduler_core.profile import load_profile, profile_path, with_emulation  # noqa: E402
+from scheduler_core.profile import with_emulation  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.profile_limits import BOUNDS  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
 

@@ -54,7 +54,7 @@ sys.path.insert(0, REPO_ROOT)
 from operator_tools.loadgen import LoadGenerator, LoadResult, concat_phases  # noqa: E402
 from operator_tools.records import OK  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
-from scheduler_core.profile import load_profile, profile_path  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
 from operator_tools.measure import PeriodicSampler, queue_gauges  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
-from scheduler_core.profile import load_profile, profile_path  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps, device_ms, simulate  # noqa: E402
 
 PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")

@@ -23,7 +23,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.baselines import TritonDynamicBatcher  # noqa: E402
-from scheduler_core.profile import load_profile  # noqa: E402
+from scheduler_core.profile_files import load_profile  # noqa: E402
 from scheduler_core.simulator import device_ms, simulate  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
 from operator_tools.perf_analyzer import WRAPPER, read_profile_export  # noqa: E402

@@ -30,8 +30,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scheduler_core.cost_model import batch_shape
-from scheduler_core.profile import (HardwareProfile, ProfileError, load_profile_dir, parse_override,
-                                    select_profile, with_overrides)
+from scheduler_core.profile import HardwareProfile, ProfileError, parse_override, with_overrides
+from scheduler_core.profile_files import load_profile_dir, select_profile
 from scheduler_core.request import QueuedRequest
 from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, wake_time
 from scheduler_core.scheduler import Scheduler
@@ -78,6 +78,28 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
     return value
 
 
+def _await_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
+    """Refuse to load (naming the problem) unless the BLS inner model is ready.
+
+    At server start the inner model may still be loading beside this one: when a model
+    folder of that name is in this repository, wait for it up to ``inner_model_wait_s``
+    (default 60 s); otherwise (a typo, a model that does not exist) refuse at once, so a
+    bad reload fails fast and Triton keeps the working version serving."""
+    model = args["model_name"]
+    repo_root = os.path.dirname(os.path.abspath(args["model_repository"]))
+    plain_name = inner not in (".", "..") and all(c.isalnum() or c in "_-." for c in inner)
+    in_repository = plain_name and os.path.isdir(os.path.join(repo_root, inner))
+    wait_s = _int_parameter(params, "inner_model_wait_s", 60 if in_repository else 0, model)
+    deadline = time.monotonic() + wait_s
+    while not pb_utils.is_model_ready(inner):
+        if time.monotonic() >= deadline:
+            where = (f"not ready after {wait_s} s" if in_repository
+                     else "not ready, and no model folder of that name is in this repository")
+            raise pb_utils.TritonModelException(
+                f"model '{model}': parameter inner_model={inner!r}: that model is {where}")
+        time.sleep(0.1)
+
+
 PROFILE_ENV = "EXPLICIT_BATCHING_PROFILE"
 METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
 
@@ -101,7 +123,9 @@ def _load_profile(args: dict, params: dict[str, str], default_name: str
     env_choice = os.environ.get(PROFILE_ENV, "")
     config_choice = params.get("hardware_profile", "")
     try:
-        profiles = load_profile_dir(directory)
+        # Real paths (symlinks resolved) must stay in the repository or the model's own
+        # folder: nothing outside is read, or quoted in an error.
+        profiles = load_profile_dir(directory, allowed_roots=(repo_root, model_dir))
         # Ask NVML only when nothing names a profile: it is slow to start and absent here.
         device = None if (env_choice or config_choice) else detect_device_name()
         name, why = select_profile(profiles, device, config_choice, env_choice, default_name)
@@ -229,6 +253,7 @@ class ExplicitModel:
         default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
         self.profile, why = _load_profile(args, self.params, default_profile)
         if inner:
+            _await_inner_model(args, self.params, inner)
             self.executor = BLSExecutor(inner)
         else:
             self.executor, _ = _make_executor(args, self.params)

@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from click.testing import CliRunner
 
 from operator_tools import analyze_cmd, calibrate_cmd, live, monitor_cmd
-from scheduler_core.profile import load_profile
+from scheduler_core.profile_files import load_profile
 
 pytestmark = pytest.mark.integration
 

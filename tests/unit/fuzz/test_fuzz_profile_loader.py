@@ -31,11 +31,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from scheduler_core import profile_limits
-from scheduler_core.profile import (ControlConfig, CostModelConfig,
-                                    EmulationConfig, HardwareProfile, ProfileError,
-                                    SchedulerConfig, load_profile, load_profile_dir,
-                                    parse_override, profile_from_mapping, select_profile,
-                                    with_emulation, with_overrides)
+from scheduler_core.profile import (ControlConfig, CostModelConfig, EmulationConfig,
+                                    HardwareProfile, ProfileError, SchedulerConfig,
+                                    parse_override, profile_from_mapping, with_emulation,
+                                    with_overrides)
+from scheduler_core.profile_files import load_profile, load_profile_dir, select_profile
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

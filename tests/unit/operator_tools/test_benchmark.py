@@ -10,7 +10,7 @@ from operator_tools.loadgen import LoadResult
 from operator_tools.records import timed_record
 from scheduler_core import baselines
 from scheduler_core import workload as W
-from scheduler_core.profile import load_profile, profile_path
+from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.simulator import simulate
 
 PROFILES = "model_repository/emulated_explicit/profiles"

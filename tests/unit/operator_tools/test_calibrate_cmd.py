@@ -17,7 +17,8 @@ from operator_tools.live import (LoadRefused, LoadRun, PluginSnapshot, Series,
                                  read_measured_requests)
 from operator_tools.perf_analyzer import PerfResult
 from operator_tools.records import RequestRecord
-from scheduler_core.profile import ControlConfig, ProfileError, load_profile
+from scheduler_core.profile import ControlConfig, ProfileError
+from scheduler_core.profile_files import load_profile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 T4 = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles", "t4.yaml")

@@ -15,7 +15,7 @@ from operator_tools import simulate_cmd as S
 from operator_tools.cli import main
 from operator_tools.workload_spec import apply_overrides, load_workload_spec
 from scheduler_core import workload as W
-from scheduler_core.profile import load_profile
+from scheduler_core.profile_files import load_profile
 
 CONFIGS = S.CONFIGS_DIR
 TRACE = os.path.join(CONFIGS, "traces", "poisson_60rps_20s.intervals")

@@ -12,7 +12,8 @@ import yaml
 
 from scheduler_core.profile import (COST_MODES, CostModelConfig, EmulationConfig,
                                     HardwareProfile, ProfileError, SchedulerConfig,
-                                    load_profile, profile_from_mapping, profile_path)
+                                    profile_from_mapping)
+from scheduler_core.profile_files import load_profile, profile_path
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -344,7 +345,7 @@ MINILM_DIR = os.path.join(REPO_ROOT, "model_repository", "minilm_explicit", "pro
 
 @pytest.mark.parametrize("folder", [EMULATED_DIR, MINILM_DIR])
 def test_each_model_ships_every_hardware_class(folder):
-    from scheduler_core.profile import load_profile_dir
+    from scheduler_core.profile_files import load_profile_dir
 
     assert set(load_profile_dir(folder)) == {"cpu", "t4", "a100", "h100", "h200", "cdna", "gaudi"}
 
@@ -353,7 +354,7 @@ def test_each_model_ships_every_hardware_class(folder):
     ("Tesla T4", "t4"), ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA A100 80GB PCIe", "a100"),
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200")])
 def test_profile_chosen_by_nvml_device_name(device, expected):
-    from scheduler_core.profile import load_profile_dir, select_profile
+    from scheduler_core.profile_files import load_profile_dir, select_profile
 
     name, why = select_profile(load_profile_dir(MINILM_DIR), device)
     assert name == expected
@@ -361,7 +362,7 @@ def test_profile_chosen_by_nvml_device_name(device, expected):
 
 
 def test_profile_selection_order_env_then_config_then_device_then_default():
-    from scheduler_core.profile import load_profile_dir, select_profile
+    from scheduler_core.profile_files import load_profile_dir, select_profile
 
     profiles = load_profile_dir(EMULATED_DIR)
     assert select_profile(profiles, "Tesla T4", config_choice="a100", env_choice="h100") == (
@@ -374,7 +375,7 @@ def test_profile_selection_order_env_then_config_then_device_then_default():
 
 
 def test_longest_device_match_wins(tmp_path):
-    from scheduler_core.profile import load_profile_dir, select_profile
+    from scheduler_core.profile_files import load_profile_dir, select_profile
 
     for name, match in (("h100", '["H100"]'), ("h100nvl", '["H100 NVL"]')):
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ndevice_match: {match}\n")
@@ -383,7 +384,7 @@ def test_longest_device_match_wins(tmp_path):
 
 
 def test_unknown_profile_named_by_override_is_an_error():
-    from scheduler_core.profile import load_profile_dir, select_profile
+    from scheduler_core.profile_files import load_profile_dir, select_profile
 
     profiles = load_profile_dir(EMULATED_DIR)
     with pytest.raises(ProfileError, match="environment variable names profile 'v100'"):
@@ -393,7 +394,7 @@ def test_unknown_profile_named_by_override_is_an_error():
 
 
 def test_one_bad_file_fails_the_whole_folder(tmp_path):
-    from scheduler_core.profile import load_profile_dir
+    from scheduler_core.profile_files import load_profile_dir
 
     (tmp_path / "good.yaml").write_text("name: good\n")
     (tmp_path / "bad.yaml").write_text("name: bad\nscheduler:\n  alpha: -1\n")
