@@ -56,12 +56,16 @@ class PerfResult:
 
 def run_request_rate(url: str, model: str, input_data: str, rate: float,
                      measurement_ms: int = 4000, protocol: str = "http",
-                     extra: tuple[str, ...] = (), timeout_s: float = 300) -> PerfResult:
-    """One open-loop perf_analyzer run (``--async --request-rate-range rate``)."""
+                     extra: tuple[str, ...] = (), timeout_s: float = 300,
+                     concurrency: int = 0) -> PerfResult:
+    """One open-loop perf_analyzer run (``--async --request-rate-range rate``), or with
+    ``concurrency`` > 0 a closed-loop one (``--concurrency-range``; ``rate`` is ignored)."""
+    load = (["--concurrency-range", str(concurrency)] if concurrency > 0
+            else ["--request-rate-range", f"{rate:g}"])
     with tempfile.TemporaryDirectory() as tmp:
         csv_path = os.path.join(tmp, "result.csv")
         cmd = [WRAPPER, "-m", model, "-u", url, "-i", protocol, "--async",
-               "--input-data", input_data, "--request-rate-range", f"{rate:g}",
+               "--input-data", input_data, *load,
                "--measurement-interval", str(measurement_ms), "-f", csv_path, *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         output = proc.stdout + proc.stderr

@@ -9,7 +9,8 @@ One ``schedule(now_s)`` reads as the design's layers, each in its own file:
 1. perceive and decide - ``ControlLoop.tick`` (control_loop.py): observations, the zone,
    the elastic window, compensation; it leaves a ``ControlState``;
 2. shed - requests that can no longer make their deadline (entry_queue.py,
-   ``infeasible_entries``), when the profile's ``infeasible_policy`` is ``reject``;
+   ``infeasible_entries``), when the profile's ``infeasible_policy`` is ``reject``; again
+   after a dispatch, for what must now wait for that batch too;
 3. form - the batch former the mode calls for proposes a batch (formers.py);
 4. dispatch or wait - the dispatch rule below: full, immediate (flush / compensation /
    emergency), the SLA guard, the elastic window, or the worth-its-wait rule.
@@ -181,15 +182,19 @@ class Scheduler:
         entries = candidate.entries
         self._queue.discard(entries)
         self._count_dispatch(len(entries), mode, reason)
+        # What stays queued waits for this batch too: whoever can no longer start in time
+        # after it is refused now, not when it ends (and maybe past its own deadline).
+        rejected += self._shed(now_s + candidate.estimated_ms / 1000.0)
         return BatchDecision(tuple(e.req for e in entries), None, reason, state.window_ms, util,
                              candidate.estimated_ms, rejected, state.zone, mode, former.name)
 
-    def _shed(self, now_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
-        """Requests that miss their deadline even run at once, alone - or, when behind, in an
-        efficient batch (reject policy)."""
+    def _shed(self, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
+        """Requests that miss their deadline even run from ``start_s`` (now, or when the
+        batch just dispatched ends), alone - or, when behind, in an efficient batch
+        (reject policy)."""
         if not (self.control.enabled and self.control.infeasible_policy == "reject"):
             return ()
-        doomed = infeasible_entries(self._queue, now_s, self.estimator.correction,
+        doomed = infeasible_entries(self._queue, start_s, self.estimator.correction,
                                     self._behind(), self.small_queue)
         if not doomed:
             return ()

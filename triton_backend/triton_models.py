@@ -78,26 +78,51 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
     return value
 
 
-def _await_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
-    """Refuse to load (naming the problem) unless the BLS inner model is ready.
+def _check_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
+    """Refuse to load, naming the problem, when the BLS inner model has no model folder in
+    this repository (a typo, a model that does not exist): a bad reload then fails and
+    Triton keeps the working version serving. ``inner_model_check: off`` skips it, for an
+    inner model in another repository.
 
-    At server start the inner model may still be loading beside this one: when a model
-    folder of that name is in this repository, wait for it up to ``inner_model_wait_s``
-    (default 60 s); otherwise (a typo, a model that does not exist) refuse at once, so a
-    bad reload fails fast and Triton keeps the working version serving."""
+    Checked on disk, not by asking Triton: ``pb_utils.is_model_ready`` while the server is
+    still starting (it loads this model and the inner one side by side) aborted the whole
+    tritonserver with boost::interprocess::lock_exception in 2 of 4 starts here."""
     model = args["model_name"]
+    check = params.get("inner_model_check", "") or "repository"
+    if check == "off":
+        return
+    if check != "repository":
+        raise pb_utils.TritonModelException(
+            f"model '{model}': parameter inner_model_check must be 'repository' or 'off', "
+            f"got {check!r}")
     repo_root = os.path.dirname(os.path.abspath(args["model_repository"]))
     plain_name = inner not in (".", "..") and all(c.isalnum() or c in "_-." for c in inner)
-    in_repository = plain_name and os.path.isdir(os.path.join(repo_root, inner))
-    wait_s = _int_parameter(params, "inner_model_wait_s", 60 if in_repository else 0, model)
-    deadline = time.monotonic() + wait_s
-    while not pb_utils.is_model_ready(inner):
-        if time.monotonic() >= deadline:
-            where = (f"not ready after {wait_s} s" if in_repository
-                     else "not ready, and no model folder of that name is in this repository")
-            raise pb_utils.TritonModelException(
-                f"model '{model}': parameter inner_model={inner!r}: that model is {where}")
-        time.sleep(0.1)
+    if not (plain_name and os.path.isdir(os.path.join(repo_root, inner))):
+        raise pb_utils.TritonModelException(
+            f"model '{model}': parameter inner_model={inner!r}: no model folder of that name "
+            "in this model repository (inner_model_check=off for one in another repository)")
+
+
+INTAKES = ("release", "hold")
+
+
+def _intake_holds(config: dict, params: dict[str, str], model: str) -> bool:
+    """Parameter ``intake``: "release" (execute() queues its requests and returns at once;
+    the plugin alone holds them) or "hold" (execute() returns only once its requests are
+    answered: they stay Triton's until then, so a stub crash fails them instead of losing
+    them; Triton's dynamic batcher queues what arrives meanwhile and hands it over in one
+    call). Hold needs ``dynamic_batching`` in the model config, or Triton would hand over
+    one request per call."""
+    intake = params.get("intake", "") or "release"
+    if intake not in INTAKES:
+        raise pb_utils.TritonModelException(
+            f"model '{model}': parameter intake must be one of {INTAKES}, got {intake!r}")
+    if intake == "hold" and ("dynamic_batching" not in config
+                             or config.get("max_batch_size", 0) < 2):
+        raise pb_utils.TritonModelException(
+            f"model '{model}': intake 'hold' needs dynamic_batching and max_batch_size >= 2 "
+            "in the model config (Triton queues arrivals while execute() holds its requests)")
+    return intake == "hold"
 
 
 PROFILE_ENV = "EXPLICIT_BATCHING_PROFILE"
@@ -232,6 +257,29 @@ class BLSExecutor:
         return pb_utils.get_output_tensor_by_name(response, "EMBEDDING").as_numpy()
 
 
+class _HeldCall:
+    """The requests of one ``execute()`` call under ``intake: hold``: the call returns
+    only once every one of them has been sent its final response, so none is ever
+    released to the plugin alone (a request inside a running execute() is answered by
+    Triton even if this stub dies)."""
+
+    def __init__(self, count: int):
+        self._left = count
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if count == 0:
+            self._done.set()
+
+    def sent_one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left == 0:
+                self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+
 @dataclass
 class _Pending:
     """What the adapter keeps for one queued request (the core sees it as ``handle``)."""
@@ -240,6 +288,7 @@ class _Pending:
     sender: Any
     input_ids: np.ndarray
     answered: bool = False
+    held: _HeldCall | None = None  # intake: hold - the execute() call waiting for it
 
 
 class ExplicitModel:
@@ -253,7 +302,7 @@ class ExplicitModel:
         default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
         self.profile, why = _load_profile(args, self.params, default_profile)
         if inner:
-            _await_inner_model(args, self.params, inner)
+            _check_inner_model(args, self.params, inner)
             self.executor = BLSExecutor(inner)
         else:
             self.executor, _ = _make_executor(args, self.params)
@@ -275,6 +324,7 @@ class ExplicitModel:
         # scheduler step fail after its batch was taken (proves nothing is stranded).
         self._loop_fault_token = _int_parameter(self.params, "loop_fault_token", 0,
                                                 self.model_name)
+        self._hold = _intake_holds(self.config, self.params, self.model_name)
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
         self._profile_dir = os.environ.get(CPROFILE_ENV) or None
         self._profilers = {}
@@ -339,17 +389,18 @@ class ExplicitModel:
 
     def _execute(self, requests):
         now = time.monotonic()
+        held = _HeldCall(len(requests)) if self._hold else None
         for request in requests:
             sender = request.get_response_sender()
             try:
                 decoded = self._decode(request)
             except RequestError as exc:
                 self.metrics.on_rejected("invalid_input")
-                self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG))
+                self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG), held)
                 continue
             sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
             queued = QueuedRequest(next(self._ids), int(decoded.input_ids.size), now, sla_ms,
-                                   _Pending(request, sender, decoded.input_ids))
+                                   _Pending(request, sender, decoded.input_ids, held=held))
             with self._cond:
                 if self._stopping:
                     rejection, reason = "model is shutting down", "shutting_down"
@@ -363,7 +414,9 @@ class ExplicitModel:
                 self._cond.notify()
             if rejection:
                 self.metrics.on_rejected(reason)
-                self._send(sender, _error(rejection, pb_utils.TritonError.UNAVAILABLE))
+                self._send(sender, _error(rejection, pb_utils.TritonError.UNAVAILABLE), held)
+        if held is not None:
+            held.wait()  # every request of this call has had its final response sent
         return None
 
     @staticmethod
@@ -380,11 +433,13 @@ class ExplicitModel:
                               parameters, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
 
     @staticmethod
-    def _send(sender, response) -> None:
+    def _send(sender, response, held: _HeldCall | None = None) -> None:
         try:
             sender.send(response, flags=FINAL)
         except Exception as exc:  # the client may be gone; never let that kill the loop
             pb_utils.Logger.log_warn(f"could not send a response: {exc}")
+        if held is not None:
+            held.sent_one()
 
     def _answer(self, req: QueuedRequest, response) -> None:
         """The one final response of a queued request (a second one is never sent).
@@ -392,7 +447,7 @@ class ExplicitModel:
         builds and sends it, so the scheduler thread goes on to the next batch at once."""
         if not req.handle.answered:
             req.handle.answered = True
-            self._outbox.put((req.handle.sender, response))
+            self._outbox.put((req.handle, response))
 
     def _respond_loop(self) -> None:
         """The responder thread: builds and sends queued responses until the sentinel.
@@ -403,14 +458,14 @@ class ExplicitModel:
             item = self._outbox.get()
             if item is None:
                 return
-            sender, response = item
+            handle, response = item
             try:
                 if callable(response):
                     response = response()
             except Exception as exc:  # never leave a request without its answer
                 response = _error(f"could not build the response: {exc}",
                                   pb_utils.TritonError.INTERNAL)
-            self._send(sender, response)
+            self._send(handle.sender, response, handle.held)
 
     @staticmethod
     def _is_cancelled(req: QueuedRequest) -> bool:
@@ -479,7 +534,9 @@ class ExplicitModel:
         with self._cond:
             now = time.monotonic()
             sidecar_health = self._apply_perception(now)
-            decision = decide(self.scheduler, now, flush=self._stopping)
+            # Held intake: nothing arrives until this call's requests are answered, so
+            # waiting for arrivals cannot pay - form and send without waiting.
+            decision = decide(self.scheduler, now, flush=self._stopping or self._hold)
             arrivals_seen = self._arrivals
         owed = [*decision.batch, *(r for r, _ in decision.rejected)]
         started = None

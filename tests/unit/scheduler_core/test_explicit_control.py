@@ -889,12 +889,14 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
             corr = est.correction
             queued = sched.queue_depth
             d = sched.schedule(now)
+            # A request refused beside a dispatched batch must also wait for that batch.
+            start = now + (d.estimated_ms / 1000.0 if d.batch else 0.0)
             for r, why in d.rejected:
                 assert INFEASIBLE in why
                 # really infeasible: alone, or (with a full batch or more queued) at most a
                 # full batch of its own length
                 need_ms = run_ms(est, cfg, r.seq_len, queued >= cfg.max_batch_size) * corr
-                assert now + need_ms / 1000.0 > r.deadline_s
+                assert start + need_ms / 1000.0 > r.deadline_s
                 rejected.append((now, r, why))
             queued -= len(d.rejected)
             ended = {r.request_id for r, _ in d.rejected} | {r.request_id for r in d.batch}

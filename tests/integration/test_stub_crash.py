@@ -1,0 +1,127 @@
+"""A stub crash loses no request: ``kill -9`` of the plugin's Python stub with requests
+queued (intake: hold) - every client gets exactly one answer, within 30 s - and the stub
+supervisor reloads the model, which then serves again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.conftest import SHIPPED_REPOSITORY
+from triton_backend.supervisor import StubSupervisor, stub_pids
+from triton_backend.intake import hold_config
+
+pytestmark = pytest.mark.integration
+MODEL = "held_explicit"
+RNG = np.random.default_rng(13)
+
+
+def held_model(repo: str, name: str, time_scale: float) -> None:
+    """A copy of emulated_explicit with intake: hold behind Triton's dynamic batcher."""
+    shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit"),
+                    os.path.join(repo, name),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    path = os.path.join(repo, name, "config.pbtxt")
+    with open(path) as fh:
+        config = fh.read()
+    config = hold_config(config.replace('name: "emulated_explicit"', f'name: "{name}"'))
+    config += (f'parameters {{ key: "time_scale" value: {{ string_value: "{time_scale}" }} }}\n'
+               f'parameters {{ key: "profile_dir" value: {{ string_value: "{name}/profiles" }} }}\n')
+    with open(path, "w") as fh:
+        fh.write(config)
+
+
+@pytest.fixture(scope="module")
+def crash_server(tmp_path_factory):
+    from triton_backend.launcher import TritonServer
+
+    base = tmp_path_factory.mktemp("crash")
+    repo = str(base / "repo")
+    os.makedirs(repo)
+    held_model(repo, MODEL, time_scale=10)
+    srv = TritonServer(repo, log_path=str(base / "tritonserver.log"), exit_timeout_s=10,
+                       extra_args=("--model-control-mode=explicit", f"--load-model={MODEL}"))
+    with srv:
+        log: list[str] = []
+        sup = StubSupervisor(srv.process.pid, srv.http_url, [MODEL], period_s=0.25,
+                             log=log.append).start()
+        try:
+            yield srv, sup, log
+        finally:
+            sup.stop()
+    for pid in stub_pids(srv.process.pid, MODEL):  # a stub left behind is the test's bug
+        os.kill(pid, signal.SIGKILL)
+
+
+def _inputs(n: int):
+    ids = grpcclient.InferInput("INPUT_IDS", [1, n], "INT64")
+    ids.set_data_from_numpy(np.array([[101, *RNG.integers(1000, 29000, n - 2), 102]],
+                                     dtype=np.int64))
+    sla = grpcclient.InferInput("SLA_MS", [1, 1], "FP32")
+    sla.set_data_from_numpy(np.array([[600000.0]], dtype=np.float32))
+    return [ids, sla]
+
+
+def test_kill_9_of_the_stub_with_requests_queued_loses_none(crash_server):
+    server, supervisor, log = crash_server
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: dict[int, list] = {}
+    lock = threading.Lock()
+
+    def callback(i):
+        def cb(result, error):
+            with lock:
+                answers.setdefault(i, []).append((time.monotonic(), error))
+        return cb
+
+    try:
+        assert client.infer(MODEL, _inputs(16)).as_numpy("EMBEDDING").shape == (1, 384)
+        (stub,) = stub_pids(server.process.pid, MODEL)
+        time.sleep(0.5)  # the supervisor has seen it
+        sent = 150
+        for i in range(sent):  # 512 tokens x 10x slow-down: ~0.3 s a batch, seconds of work
+            client.async_infer(MODEL, _inputs(512), callback(i))
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        os.kill(stub, signal.SIGKILL)
+        deadline = killed_at + 30
+        while time.monotonic() < deadline:
+            with lock:
+                if len(answers) == sent:
+                    break
+            time.sleep(0.2)
+        time.sleep(0.5)  # a second answer would arrive now
+        with lock:
+            got = dict(answers)
+        lost = sent - len(got)
+        codes = {}
+        for calls in got.values():
+            err = calls[0][1]
+            code = "OK" if err is None else str(err.status())
+            codes[code] = codes.get(code, 0) + 1
+        last_s = max(t for calls in got.values() for t, _ in calls) - killed_at
+        print(f"sent={sent} answered={len(got)} lost={lost} codes={codes} "
+              f"last answer {last_s:.1f} s after the kill")
+        assert lost == 0
+        assert all(len(calls) == 1 for calls in got.values()), "a request answered twice"
+        assert codes.get("OK", 0) < sent, "the kill came too late to test anything"
+
+        # The supervisor reloads the model; it serves again within seconds.
+        deadline = time.monotonic() + 30
+        while supervisor.reloads[MODEL] == 0:
+            assert time.monotonic() < deadline, f"no reload after the crash: {log}"
+            time.sleep(0.2)
+        recovered_s = time.monotonic() - killed_at
+        print(f"reloaded {recovered_s:.1f} s after the kill: {log}")
+        assert client.infer(MODEL, _inputs(16)).as_numpy("EMBEDDING").shape == (1, 384)
+        assert stub_pids(server.process.pid, MODEL) and stub not in stub_pids(
+            server.process.pid, MODEL)
+    finally:
+        client.close()
