@@ -3,7 +3,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 HTTP_PORT ?= 8000
-# Extra tritonserver flags, e.g. SERVE_ARGS='--model-control-mode=explicit --load-model=*'
+# Extra tritonserver flags (the launcher adds --model-control-mode=explicit --load-model=*
+# unless one names a mode; --no-supervise turns off the stub supervisor)
 SERVE_ARGS ?=
 
 .PHONY: help setup serve test test-unit bench bench-smoke reliability simulate-report clean

@@ -9,6 +9,7 @@ venv's packages) and waits for readiness.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+from triton_backend.supervisor import StubSupervisor
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
@@ -143,6 +146,12 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # A server that died hard (an abort, a kill) leaves its Python-backend stubs running
+        # as orphans; they are still in its process group (its own session): end them.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing left
         if self._log_file:
             self._log_file.close()
         return self.process.returncode
@@ -160,6 +169,15 @@ class TritonServer:
         self.stop()
 
 
+def loaded_models(http_url: str) -> list[str]:
+    """Names of the models the server reports READY (its repository index)."""
+    req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}",
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        index = json.loads(resp.read())
+    return sorted(m["name"] for m in index if m.get("state") == "READY")
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -172,9 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=None)
     # Anything else goes to tritonserver as is, e.g. --model-control-mode=explicit
     # --load-model=* (the operator tools reload models through the load API).
+    parser.add_argument("--no-supervise", action="store_true",
+                        help="do not reload a model whose Python stub died")
     args, tritonserver_args = parser.parse_known_args(argv)
     grpc = args.grpc_port or args.http_port + 1
     metrics = args.metrics_port or args.http_port + 2
+    supervise = not args.no_supervise
+    if supervise and not any(a.startswith("--model-control-mode") for a in tritonserver_args):
+        # The supervisor reloads through the load API, which explicit mode opens.
+        tritonserver_args = ["--model-control-mode=explicit", "--load-model=*",
+                             *tritonserver_args]
     server = TritonServer(args.model_repository, args.http_port, grpc, metrics,
                           extra_args=tuple(tritonserver_args))
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
@@ -187,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
               f"       gRPC    localhost:{grpc}\n"
               f"       metrics http://localhost:{metrics}/metrics\n"
               f"Ctrl-C stops the server.", flush=True)
+        if supervise:
+            models = loaded_models(server.http_url)
+            StubSupervisor(server.process.pid, server.http_url, models,
+                           log=lambda m: print(m, flush=True)).start()
+            print(f"supervisor: reloads any of {', '.join(models)} whose stub dies", flush=True)
         return server.process.wait()
     except KeyboardInterrupt:
         print("\nstopping tritonserver ...", flush=True)
