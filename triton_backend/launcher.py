@@ -64,6 +64,25 @@ def free_ports(count: int = 3) -> list[int]:
     return ports
 
 
+class PortInUse(RuntimeError):
+    """A port the server needs is taken."""
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something accepts connections on ``port`` or it cannot be bound (tritonserver
+    binds all interfaces)."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            return True
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
 class TritonServer:
     """A tritonserver process; use as a context manager or call start()/stop()."""
 
@@ -102,6 +121,13 @@ class TritonServer:
                 f"--exit-timeout-secs={self.exit_timeout_s}", *self.extra_args]
 
     def start(self) -> "TritonServer":
+        busy = [p for p in (self.http_port, self.grpc_port, self.metrics_port) if port_in_use(p)]
+        if busy:
+            # Else readiness would be read off whoever holds the port, while this server
+            # dies with "Address already in use".
+            raise PortInUse(f"port {', '.join(map(str, busy))} already in use: stop what "
+                            "listens there or choose other ports (make serve HTTP_PORT=...; "
+                            "gRPC and metrics use the next two)")
         out = None
         if self.log_path:
             self._log_file = open(self.log_path, "ab")
@@ -130,7 +156,8 @@ class TritonServer:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
-            if self.is_ready():
+            # Ready, and from this process (it still runs): never someone else's server.
+            if self.is_ready() and self.process is not None and self.process.poll() is None:
                 return
             time.sleep(0.5)
         raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s"
@@ -205,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"starting tritonserver on {server.model_repository}", flush=True)
-    server.start()
+    try:
+        server.start()
+    except PortInUse as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         server.wait_ready()
         print(f"\nREADY  HTTP    http://localhost:{args.http_port}\n"
