@@ -82,13 +82,15 @@ def decode_padded_batch(input_ids: np.ndarray | None, max_seq_len: int,
 
 def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
                    parameters: Mapping[str, Any], max_seq_len: int,
-                   vocab_size: int) -> DecodedRequest:
+                   vocab_size: int, timeout_us: int = 0) -> DecodedRequest:
     """Validate one request of one sequence.
 
     ``input_ids`` is the INPUT_IDS tensor as received ([1, L] or [L]); ``sla_input`` the
     optional SLA_MS tensor; ``parameters`` the request parameters. When both SLA_MS and
     the ``sla_ms`` parameter are given and disagree, the request is rejected: a silent
-    winner would hide a client bug.
+    winner would hide a client bug. ``timeout_us`` is Triton's own per-request ``timeout``
+    (microseconds, 0 = none): the SLA when neither SLA_MS nor ``sla_ms`` gives one (capped
+    at ``MAX_SLA_MS``; a client's timeout is a bound it set, not a typo).
     """
     if input_ids is None:
         raise RequestError("missing required input INPUT_IDS")
@@ -116,4 +118,6 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
             raise RequestError(
                 f"SLA_MS input ({sla_ms:g}) and parameter sla_ms ({param:g}) disagree; send one")
         sla_ms = param
+    if sla_ms is None and timeout_us > 0:
+        sla_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
     return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64), sla_ms)

@@ -78,6 +78,14 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
     return value
 
 
+def _timeout_us(request) -> int:
+    """Triton's per-request ``timeout`` in microseconds (0: none given)."""
+    try:
+        return int(request.timeout())
+    except Exception:  # an older backend without the accessor: no timeout
+        return 0
+
+
 def _check_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
     """Refuse to load, naming the problem, when the BLS inner model has no model folder in
     this repository (a typo, a model that does not exist): a bad reload then fails and
@@ -430,7 +438,8 @@ class ExplicitModel:
             parameters = {}
         return decode_request(None if ids is None else ids.as_numpy(),
                               None if sla is None else sla.as_numpy(),
-                              parameters, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
+                              parameters, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE,
+                              _timeout_us(request))
 
     @staticmethod
     def _send(sender, response, held: _HeldCall | None = None) -> None:

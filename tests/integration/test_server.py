@@ -230,3 +230,23 @@ def test_http_sla_request_parameter(server):
             assert "400" in str(err.value.status())
     finally:
         client.close()
+
+
+def test_the_request_timeout_is_the_sla_when_none_is_given(server):
+    """Triton's own per-request ``timeout`` (microseconds) serves as the SLA when neither
+    SLA_MS nor sla_ms is sent: 1 ms is refused as infeasible, as an SLA of 1 ms is; an
+    explicit SLA wins over it."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException, match="deadline infeasible") as err:
+            client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, None),
+                         timeout=1000)
+        assert "UNAVAILABLE" in str(err.value.status())
+        ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 500.0),
+                          timeout=1000)
+        assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+        ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, None),
+                          timeout=5_000_000)
+        assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+    finally:
+        client.close()

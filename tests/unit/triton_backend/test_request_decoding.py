@@ -227,3 +227,25 @@ def test_padded_batch_trailing_padding_beyond_max_len_is_fine():
     batch[1, :2] = 4
     rows = decode_padded_batch(batch, MAX_LEN, VOCAB)
     assert [len(r) for r in rows] == [MAX_LEN, 2]
+
+
+# -- Triton's own per-request timeout ------------------------------------------------------
+
+def test_the_request_timeout_is_the_sla_when_none_is_given():
+    ids = np.array([[5, 6]], dtype=np.int64)
+    assert decode_request(ids, None, {}, MAX_LEN, VOCAB, timeout_us=250_000).sla_ms == 250.0
+    assert decode_request(ids, None, {}, MAX_LEN, VOCAB, timeout_us=0).sla_ms is None
+
+
+def test_an_explicit_sla_wins_over_the_timeout():
+    ids = np.array([[5, 6]], dtype=np.int64)
+    sla = np.array([[40.0]], dtype=np.float32)
+    assert decode_request(ids, sla, {}, MAX_LEN, VOCAB, timeout_us=900_000).sla_ms == 40.0
+    assert decode_request(ids, None, {"sla_ms": 75}, MAX_LEN, VOCAB,
+                          timeout_us=900_000).sla_ms == 75.0
+
+
+def test_a_timeout_beyond_an_hour_is_capped():
+    ids = np.array([[5, 6]], dtype=np.int64)
+    got = decode_request(ids, None, {}, MAX_LEN, VOCAB, timeout_us=10 ** 13)
+    assert got.sla_ms == MAX_SLA_MS
