@@ -210,10 +210,38 @@ def _embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(output_tensors=[tensor])
 
 
+def check_numpy(model: str) -> None:
+    """Refuse to load, naming numpy's version and the cause, where this Python's numpy
+    would make the model serve garbage.
+
+    Triton 24.10's Python backend predates numpy 2: with numpy 2 its output tensors reach
+    the server empty or mis-sized ('output tensor shape does not match size of output',
+    measured here with numpy 2.4.6; silently empty EMBEDDINGs on a GPU host with 2.5).
+    The corruption happens where a response crosses to the server, which initialize()
+    cannot exercise - a tensor round trip inside the stub comes back intact even under
+    numpy 2 - so the version is the test; the round trip still guards the stub's own
+    tensor path."""
+    major = int(np.__version__.split(".", 1)[0])
+    if major >= 2:
+        raise pb_utils.TritonModelException(
+            f"model '{model}': numpy {np.__version__} in the server's Python: Triton "
+            "24.10's Python backend returns empty or mis-sized output tensors with numpy 2 "
+            "(it predates it); install numpy<2 in the Python that runs the backend stub "
+            "(pip install 'numpy<2')")
+    probe = np.arange(12, dtype=np.float32).reshape(3, 4)
+    back = pb_utils.Tensor("PROBE", probe).as_numpy()
+    if back.shape != probe.shape or back.dtype != probe.dtype or not (back == probe).all():
+        raise pb_utils.TritonModelException(
+            f"model '{model}': a tensor did not survive a round trip through "
+            f"triton_python_backend_utils with numpy {np.__version__} (got shape "
+            f"{list(back.shape)} {back.dtype}); the backend would serve garbage")
+
+
 class InnerModel:
     """An ordinary Triton model around one executor (real MiniLM or the emulated device)."""
 
     def initialize(self, args):
+        check_numpy(args["model_name"])
         self.config = json.loads(args["model_config"])
         self.params = _parameters(self.config)
         self.executor, _ = _make_executor(args, self.params)
@@ -303,6 +331,7 @@ class ExplicitModel:
     """A Python-backend model that owns its request queue (explicit-control batching)."""
 
     def initialize(self, args):
+        check_numpy(args["model_name"])
         self.model_name = args["model_name"]
         self.config = json.loads(args["model_config"])
         self.params = _parameters(self.config)
