@@ -22,7 +22,7 @@ help:
 setup: $(STAMP)
 
 # Re-run the setup only when what it installs changes; a second `make setup` is instant.
-$(STAMP): requirements.txt setup.py scripts/setup_env.sh
+$(STAMP): requirements.txt pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh
 	@touch $@
 

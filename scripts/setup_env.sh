@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent environment setup: .venv with the pinned stack, the project in editable
-# mode, perf_analyzer's system library, and the Python backend stub beside
-# libtriton_python.so (tritonserver looks for it there).
+# Idempotent environment setup: .venv with the pinned stack (requirements.txt), the
+# project in editable mode (pyproject.toml), perf_analyzer's system library, and the
+# Python backend stub beside libtriton_python.so (tritonserver looks for it there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The Python backend stub embeds Debian's libpython3.11, so the venv must be built on
@@ -19,7 +19,10 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt -e . 2>&1 \
+# The pins first, then the project editable with every extra (pyproject.toml): pip checks
+# that the extras' requirements agree with the pins.
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt \
+  -e ".[server,cli,minilm]" 2>&1 \
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import pytriton, tritonclient, torch, transformers, yaml" \
   || { echo "setup: the pip install above failed" >&2; exit 1; }
