@@ -1,5 +1,6 @@
-"""Run perf_analyzer 2.51 (from the venv), read its CSV result and its profile export,
-and read the sweep definitions in ``perf_analyzer_configs/sweeps/``.
+"""Run perf_analyzer 2.51 (found on PATH or beside this Python, see ``resources``), read
+its CSV result and its profile export, and read the sweep definitions in
+``perf_analyzer_configs/sweeps/``.
 
 Three ways to drive it:
 
@@ -33,10 +34,13 @@ from typing import Any, Sequence
 import yaml
 
 from .records import RequestRecord, exported_record
+from .resources import configs_dir, find_perf_analyzer, perf_analyzer_env
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout's shell wrapper, for scripts that run perf_analyzer themselves; the
+# functions here do not need it (an installed wheel has no scripts/).
 WRAPPER = os.path.join(REPO_ROOT, "scripts", "perf_analyzer")
-CONFIGS_DIR = os.path.join(REPO_ROOT, "perf_analyzer_configs")
+CONFIGS_DIR = configs_dir()
 FELL_BEHIND = "not able to keep up with the desired request rate"
 _THREAD_ERROR = re.compile(r"Thread \[\d+\] had error: (.*)")
 
@@ -64,10 +68,11 @@ def run_request_rate(url: str, model: str, input_data: str, rate: float,
             else ["--request-rate-range", f"{rate:g}"])
     with tempfile.TemporaryDirectory() as tmp:
         csv_path = os.path.join(tmp, "result.csv")
-        cmd = [WRAPPER, "-m", model, "-u", url, "-i", protocol, "--async",
+        cmd = [find_perf_analyzer(), "-m", model, "-u", url, "-i", protocol, "--async",
                "--input-data", input_data, *load,
                "--measurement-interval", str(measurement_ms), "-f", csv_path, *extra]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env=perf_analyzer_env())
         output = proc.stdout + proc.stderr
         if proc.returncode != 0 or not os.path.exists(csv_path):
             raise RuntimeError(f"perf_analyzer failed ({proc.returncode}) for {model}:\n{output}")
@@ -172,12 +177,13 @@ def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
     perf_analyzer refuses an existing export path)."""
     if os.path.exists(export_path):
         os.remove(export_path)
-    cmd = (WRAPPER, "-m", model, "-u", url, "-i", protocol, "--async",
+    cmd = (find_perf_analyzer(), "-m", model, "-u", url, "-i", protocol, "--async",
            "--request-intervals", intervals_path, "--input-data", input_data,
            "--request-count", str(request_count), "--profile-export-file", export_path,
            *extra)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env=perf_analyzer_env())
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode(errors="replace") if isinstance(
             exc.stdout, bytes) else (exc.stdout or "")
