@@ -6,6 +6,7 @@ fire-fighting manual).
     explicit-batching analyze --control-feedback-lag ...
     explicit-batching compare ...          explicit vs native, same load, one run
     explicit-batching simulate ...         the simulator on a workload spec (--tune: grid search)
+    explicit-batching export-model ...     a self-contained model folder for another repository
 
 Each command lives in its own module and registers itself here.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import click
 
-from . import analyze_cmd, calibrate_cmd, compare_cmd, monitor_cmd, simulate_cmd
+from . import analyze_cmd, calibrate_cmd, compare_cmd, export_cmd, monitor_cmd, simulate_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,7 +23,8 @@ def main() -> None:
     """Explicit-control dynamic batching for Triton: operator tools."""
 
 
-for module in (calibrate_cmd, monitor_cmd, analyze_cmd, compare_cmd, simulate_cmd):
+for module in (calibrate_cmd, monitor_cmd, analyze_cmd, compare_cmd, simulate_cmd,
+               export_cmd):
     main.add_command(module.command)
 
 

@@ -1,0 +1,151 @@
+"""export-model writes a self-contained model folder; pyproject's extras and package data
+stay consistent with what the exporter and the CLI look for."""
+
+from __future__ import annotations
+
+import glob
+import os
+import tomllib
+
+import pytest
+from click.testing import CliRunner
+
+from operator_tools import resources
+from operator_tools.cli import main
+from operator_tools.export_cmd import (VENDOR_DIR, VENDORED_PACKAGES, ExportError,
+                                       export_model, parse_parameters, render_config)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+def pyproject() -> dict:
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_export_writes_config_profiles_model_and_vendored_code(tmp_path):
+    out = export_model("enc", "enc_explicit", str(tmp_path), hardware_profile="a100",
+                       parameters={"scheduler.max_batch_size": "16"})
+    assert os.listdir(tmp_path) == ["enc_explicit"]
+    config = (tmp_path / "enc_explicit" / "config.pbtxt").read_text()
+    assert 'name: "enc_explicit"' in config and "emulated_explicit\"" not in config
+    assert 'key: "inner_model" value: { string_value: "enc" }' in config
+    assert config.count('key: "hardware_profile"') == 1 and '"a100"' in config
+    assert 'key: "scheduler.max_batch_size" value: { string_value: "16" }' in config
+    assert "profile_dir" not in config  # profiles/ beside config.pbtxt is the default
+    assert (tmp_path / "enc_explicit" / "profiles" / "t4.yaml").is_file()
+    model_py = (tmp_path / "enc_explicit" / "1" / "model.py").read_text()
+    assert f'"{VENDOR_DIR}"' in model_py and "sys.path.insert(0, _VENDOR)" in model_py
+    for package in VENDORED_PACKAGES:
+        assert (tmp_path / "enc_explicit" / "1" / VENDOR_DIR / package / "__init__.py").is_file()
+    assert not [d for d, subdirs, files in os.walk(out.path)
+                if "__pycache__" in subdirs or any(f.endswith(".pyc") for f in files)]
+    assert "1/model.py" in out.files and "config.pbtxt" in out.files
+
+
+def test_minilm_template_keeps_its_executor_and_default_profile(tmp_path):
+    export_model("minilm", "m_explicit", str(tmp_path), template="minilm")
+    config = (tmp_path / "m_explicit" / "config.pbtxt").read_text()
+    assert 'string_value: "minilm" }' in config and "hardware_profile" not in config
+    assert (tmp_path / "m_explicit" / "profiles" / "cpu.yaml").is_file()
+
+
+def test_existing_folder_is_refused_unless_replaced(tmp_path):
+    export_model("enc", "x", str(tmp_path))
+    (tmp_path / "x" / "stale.txt").write_text("old")
+    with pytest.raises(ExportError, match="exists"):
+        export_model("enc", "x", str(tmp_path))
+    export_model("enc", "x", str(tmp_path), replace=True)
+    assert not (tmp_path / "x" / "stale.txt").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"inner_model": "enc", "name": "../up"}, "--name"),
+    ({"inner_model": "a b", "name": "x"}, "--inner-model"),
+    ({"inner_model": "same", "name": "same"}, "inner model's own name"),
+    ({"inner_model": "enc", "name": "x", "template": "gpu"}, "--template"),
+    ({"inner_model": "enc", "name": "x", "hardware_profile": "v100"}, "has profiles"),
+])
+def test_bad_arguments_are_named(tmp_path, kwargs, message):
+    with pytest.raises(ExportError, match=message):
+        export_model(output_repository=str(tmp_path), **kwargs)
+    assert os.listdir(tmp_path) == []
+
+
+def test_parameters_parse_and_bad_ones_are_quoted():
+    assert parse_parameters(("a.b=1", "inner_model_check=off")) == {
+        "a.b": "1", "inner_model_check": "off"}
+    with pytest.raises(ExportError, match="'novalue'"):
+        parse_parameters(("novalue",))
+    with pytest.raises(ExportError, match="KEY=VALUE"):
+        parse_parameters(('k="v"',))
+
+
+def test_render_config_needs_the_template_name():
+    with pytest.raises(ExportError, match="template config"):
+        render_config('name: "other"\n', "emulated_explicit", "x", {"inner_model": "enc"})
+
+
+def test_cli_command(tmp_path):
+    result = CliRunner().invoke(main, ["export-model", "--inner-model", "enc", "--name", "e",
+                                       "--output-repository", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and (tmp_path / "e" / "1" / "model.py").is_file()
+    result = CliRunner().invoke(main, ["export-model", "--inner-model", "enc", "--name", "e",
+                                       "--output-repository", str(tmp_path)])
+    assert result.exit_code != 0 and "exists" in result.output
+
+
+def test_server_extra_is_the_base_dependencies_and_pins_numpy_below_2():
+    project = pyproject()["project"]
+    extras = project["optional-dependencies"]
+    assert sorted(extras["server"]) == sorted(project["dependencies"])
+    assert "numpy<2" in extras["server"]
+    assert "explicit-batching[server]" in extras["cli"]
+    assert project["scripts"]["explicit-batching"] == "operator_tools.cli:main"
+
+
+@pytest.mark.parametrize("package, folder", [
+    ("operator_tools.perf_analyzer_configs", "perf_analyzer_configs"),
+    ("operator_tools.model_templates", "model_repository"),
+])
+def test_package_data_ships_every_data_file(package, folder):
+    """A data file the CLI reads in a checkout must reach the wheel too."""
+    tool = pyproject()["tool"]["setuptools"]
+    assert tool["package-dir"][package] == folder
+    root = os.path.join(REPO_ROOT, folder)
+    shipped = {os.path.relpath(p, root) for pattern in tool["package-data"][package]
+               for p in glob.glob(os.path.join(root, pattern))}
+    on_disk = {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root)
+               for f in files if "__pycache__" not in d}
+    assert on_disk - shipped == set()
+
+
+def test_data_dirs_fall_back_to_the_checkout():
+    assert os.path.isfile(os.path.join(resources.configs_dir(), "mixed_sla.json"))
+    assert os.path.isdir(os.path.join(resources.model_templates_dir(), "emulated_explicit",
+                                      "profiles"))
+
+
+def test_perf_analyzer_is_found_on_path_then_beside_python(tmp_path, monkeypatch):
+    tool = tmp_path / "bin" / "perf_analyzer"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tool.parent))
+    assert resources.find_perf_analyzer() == str(tool)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    monkeypatch.setattr(resources.sys, "executable", str(tool.parent / "python"))
+    assert resources.find_perf_analyzer() == str(tool)
+    monkeypatch.setattr(resources.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(resources.ToolNotFound, match=r"explicit-batching\[cli\]"):
+        resources.find_perf_analyzer()
+
+
+def test_perf_analyzer_env_puts_cudart_first(monkeypatch):
+    monkeypatch.setattr(resources, "cuda_runtime_lib_dir", lambda: "/cudart/lib")
+    env = resources.perf_analyzer_env({"LD_LIBRARY_PATH": "/old"})
+    assert env["LD_LIBRARY_PATH"] == "/cudart/lib" + os.pathsep + "/old"
+    monkeypatch.setattr(resources, "cuda_runtime_lib_dir", lambda: None)
+    assert "LD_LIBRARY_PATH" not in resources.perf_analyzer_env({})
