@@ -9,58 +9,98 @@ this 2-core machine can overload it with an open-loop gRPC load generator
 ms. Only those two models are loaded (``--model-control-mode=explicit``): the real MiniLM
 models would only take CPU and memory from the load generator.
 
-Cases (``--quick``: short versions, for ``make test``):
+Cases (``--quick``: short versions, for ``make test``; ``--case NAME``, repeatable, runs
+only those and keeps the other cases' rows of the last report, marked "previous run"):
 
-overload 2x         Poisson arrivals at 0.5x capacity (warm-up, then the baseline), 2x
-                    capacity, then 0.5x again (recovery) against emulated_explicit. Bounds:
-                    lost 0; errors only UNAVAILABLE; stub and server RSS bounded; the
-                    queue-depth gauge never above max_queue_size; recovery (per-second p99
-                    of ok latencies back within 1.5x of the baseline p99) within 5 s.
-                    Reported as a WARNING (a failure with --strict): refusals that arrive
-                    after the request's own deadline (p99 of error latency / SLA > 1).
-soak                0.7x capacity for 10 min (quick: 15 s). Bounds: every request answered
-                    (ok + errors == sent, lost 0); stub RSS growth after warm-up (the first
-                    20 %) <= 5 %; stub thread count not growing.
-native overload 2x  the same overload against emulated_native (Triton's dynamic batcher, no
-                    SLA input), for comparison; only "lost 0" is a bound (quick: skipped).
-                    Requests unanswered after a 10 s client timeout end as
+overload 2x         (``overload``) Poisson arrivals at 0.5x capacity (warm-up, then the
+                    baseline), 2x capacity, then 0.5x again (recovery) against
+                    emulated_explicit. Bounds: lost 0; errors only UNAVAILABLE; refusals
+                    before the deadline: p99 of (refusal latency / the request's own SLA)
+                    <= 1.0; stub and server RSS bounded; the queue-depth gauge never above
+                    max_queue_size; recovery (per-second p99 of ok latencies back within 1.5x
+                    of the baseline p99) within 5 s.
+soak                (``soak``) 0.7x capacity for 10 min (quick: 15 s). Bounds: every request
+                    answered (ok + errors == sent, lost 0); stub RSS growth after warm-up (the
+                    first 20 %) <= 5 %; stub thread count not growing.
+native overload 2x  (``native``) the same overload against emulated_native (Triton's dynamic
+                    batcher, no SLA input), for comparison; only "lost 0" is a bound (quick:
+                    skipped). Requests unanswered after a 10 s client timeout end as
                     DEADLINE_EXCEEDED (the client's own deadline, not a server answer).
+stub kill -9        (``kill-hold``) ``crash_hold`` (emulated_explicit with ``intake: hold``)
+  (intake hold)     gets 150 requests of 512 tokens (SLA 600 s) in 0.3 s; 1 s later its stub
+                    is killed (SIGKILL, by PID) while a StubSupervisor watches. Bounds: >= 100
+                    unanswered at the kill (else the case tested nothing); lost 0: every
+                    client answered within 30 s of the kill, none twice; afterwards the model
+                    is reloaded and answers an inference (or reports not ready).
+stub kill -9        (``kill-release``) the same against ``crash_release`` (the default
+  (intake release)  ``intake: release``), comparison only: the backend keeps nothing for
+                    released requests, so clients give up after a 10 s client timeout
+                    (counted, DEADLINE_EXCEEDED); lost 0 is its one bound (quick: skipped).
+hostile reloads     (``hostile``) ``hostile_target`` (live) is reloaded with profile_dir
+                    symlinked out of the repository, a profile symlinked to /etc/passwd, a
+                    100 MB profile, and an inner_model that does not exist. Bounds per
+                    reload: refused within 2 s, the refusal names the problem and quotes
+                    nothing from outside the repository (the outside folder's path, its
+                    secret, /etc/passwd), and the old version still answers.
+drip-feeding        (``drip``) ``drip_explicit``'s sidecar scrapes a local endpoint
+  metrics endpoint  (``metrics_url``) that serves a real Triton page, then drips one byte
+                    every 0.2 s, under 5 req/s. Bound: ``explicit_batching_sidecar_health``
+                    on Triton's metrics port (read every 0.1 s) below 1 within 2 s of the drip
+                    starting; lost 0.
+stub SIGSTOP 5 s    (``stall``) on a server of its own, 4 req/s for 14 s with a 10 s client
+                    timeout; the stub is stopped at 3 s for 5 s (default settings). PASS if
+                    the server survives; if it aborts (Triton 2.51 does, see README "Stub
+                    crashes and stalls": no setting prevents it) the verdict is "documented",
+                    and the clients' errors count as errors. lost 0 either way; the stubs
+                    found at the start are killed by PID if the abort orphaned them, and the
+                    server is reaped (quick: skipped).
+
+Every row also says whether the server was healthy afterwards: ready, and the case's model
+answers one inference. Processes are only ever signalled by PID, and only those this
+script started (the servers' own stubs).
 
 Capacity: ``scheduler_core.simulator.capacity_rps`` of the t4 profile's cost model, padded,
 time scale 10, on lengths from the default ``LogNormalLengths``, with the profile's
 max_batch_size and max_batch_tokens.
 
-Prints a markdown table (case | requests sent | responses | errors by code | lost | notes);
-the full run also writes it to results/reliability.md. Exits 1 if any case loses a request
-or fails a bound.
+Prints a markdown table (case | requests sent | answered | errors by code | lost | healthy
+afterwards | notes | verdict); the full run also writes it to results/reliability.md.
+Exits 1 if any case loses a request or fails a bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from operator_tools.loadgen import LoadGenerator, LoadResult, concat_phases  # noqa: E402
+from operator_tools.loadgen import (Arrival, LoadGenerator, LoadResult, concat_phases,  # noqa: E402
+                                    fixed_rate)
 from operator_tools.records import OK  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
 from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.simulator import capacity_rps  # noqa: E402
 from scheduler_core.stats import percentile  # noqa: E402
-from operator_tools.measure import PeriodicSampler, queue_gauges  # noqa: E402
+from operator_tools.measure import PeriodicSampler, queue_gauges, scrape  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
-from sidecar.triton_metrics import MetricsParseError  # noqa: E402
+from sidecar.triton_metrics import MetricsParseError, read_samples  # noqa: E402
+from triton_backend.intake import hold_config  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
+from triton_backend.supervisor import StubSupervisor, stub_pids  # noqa: E402
 
 TIME_SCALE = 10.0
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
@@ -81,19 +121,95 @@ SOAK_RSS_GROWTH_BOUND = 0.05
 NATIVE_CLIENT_TIMEOUT_S = 10.0
 MONITOR_PERIOD_S = 0.5
 
+# Models the new cases load on demand (explicit model control) from the same repository.
+HOLD, RELEASE = "crash_hold", "crash_release"  # copies of emulated_explicit, for kill -9
+HOSTILE, DRIP = "hostile_target", "drip_explicit"
+STALL = "stall_explicit"  # in a repository and server of its own: a stall aborts the server
+CRASH_REQUESTS = 150  # sent in 0.3 s, 512 tokens each: seconds of work at time scale 10
+CRASH_SEQ_LEN = 512
+CRASH_SLA_MS = 600_000.0  # so that none is refused for its deadline before the kill
+CRASH_KILL_AT_S = 1.0  # after the first send
+CRASH_MIN_QUEUED = 100  # unanswered requests at the kill, or the case tested nothing
+CRASH_ANSWER_BOUND_S = 30.0  # every client answered within this of the kill
+RELEASE_CLIENT_TIMEOUT_S = 10.0
+RELOAD_BOUND_S = 30.0  # the supervisor's reload after the kill
+HOSTILE_REFUSAL_BOUND_S = 2.0
+HOSTILE_SECRET = "s3cr3t-outside-the-repository"
+HOSTILE_PROFILE_MB = 100
+DRIP_BYTE_EVERY_S = 0.2
+DRIP_HEALTH_BOUND_S = 2.0
+DRIP_SCRAPE_EVERY_S = 0.1
+STALL_RATE_RPS = 4.0
+STALL_AT_S, STALL_FOR_S, STALL_RUN_S = 3.0, 5.0, 14.0
+STALL_CLIENT_TIMEOUT_S = 10.0
+
 
 # -- the server ---------------------------------------------------------------------------
 
-def prepare_repository(dest_dir: str) -> str:
-    """A copy of the shipped repository with time_scale 10 on the two emulated models."""
+def _time_scale_param() -> str:
+    return f'parameters {{ key: "time_scale" value: {{ string_value: "{TIME_SCALE:g}" }} }}\n'
+
+
+def copy_explicit(repo: str, name: str, hold: bool = False, extra: str = "") -> str:
+    """A copy of the shipped emulated_explicit named ``name`` in ``repo`` (time scale 10,
+    its own profiles; ``intake: hold`` when ``hold``); returns its folder."""
+    folder = os.path.join(repo, name)
+    shutil.copytree(os.path.join(DEFAULT_MODEL_REPOSITORY, EXPLICIT), folder,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    path = os.path.join(folder, "config.pbtxt")
+    with open(path) as fh:
+        config = fh.read().replace(f'name: "{EXPLICIT}"', f'name: "{name}"')
+    if hold:
+        config = hold_config(config)
+    config = (config.rstrip("\n") + "\n" + _time_scale_param()
+              + f'parameters {{ key: "profile_dir" value: {{ string_value: "{name}/profiles" }} }}\n'
+              + extra)
+    with open(path, "w") as fh:
+        fh.write(config)
+    return folder
+
+
+def prepare_hostile(repo: str, dest_dir: str) -> str:
+    """HOSTILE's folder with the profile folders the hostile reloads point at: a symlink out
+    of the repository, a profile symlinked to /etc/passwd, a 100 MB profile. Returns the
+    outside folder (its path and its secret must never be quoted)."""
+    folder = copy_explicit(repo, HOSTILE)
+    t4 = os.path.join(folder, "profiles", f"{PROFILE}.yaml")
+    outside = os.path.join(dest_dir, "outside")
+    os.makedirs(outside)
+    shutil.copy(t4, outside)
+    with open(os.path.join(outside, "secret.yaml"), "w") as fh:
+        fh.write(f"name: {HOSTILE_SECRET}\n")
+    os.symlink(outside, os.path.join(folder, "linked_out"), target_is_directory=True)
+    passwd = os.path.join(folder, "passwd_profiles")
+    os.makedirs(passwd)
+    shutil.copy(t4, passwd)
+    os.symlink("/etc/passwd", os.path.join(passwd, "passwd.yaml"))
+    huge = os.path.join(folder, "huge_profiles")
+    os.makedirs(huge)
+    with open(os.path.join(huge, f"{PROFILE}.yaml"), "w") as fh:
+        fh.write(f"name: {PROFILE}\ndescription: |\n")
+        line = "  " + "x" * 1022 + "\n"
+        fh.writelines(line for _ in range(HOSTILE_PROFILE_MB * 1024))
+    return outside
+
+
+def prepare_repository(dest_dir: str, drip_url: str) -> tuple[str, str]:
+    """A copy of the shipped repository with time_scale 10 on the two emulated models, plus
+    the models the crash, hostile-reload and drip cases load on demand. Returns (the
+    repository, the hostile case's outside folder)."""
     repo = os.path.join(dest_dir, "model_repository")
     shutil.copytree(DEFAULT_MODEL_REPOSITORY, repo,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for model in (EXPLICIT, NATIVE):
         with open(os.path.join(repo, model, "config.pbtxt"), "a") as fh:
-            fh.write(f'\nparameters {{ key: "time_scale" value: {{ string_value: '
-                     f'"{TIME_SCALE:g}" }} }}\n')
-    return repo
+            fh.write("\n" + _time_scale_param())
+    copy_explicit(repo, HOLD, hold=True)
+    copy_explicit(repo, RELEASE)
+    copy_explicit(repo, DRIP, extra=f'parameters {{ key: "metrics_url" value: '
+                                    f'{{ string_value: "{drip_url}" }} }}\n')
+    outside = prepare_hostile(repo, dest_dir)
+    return repo, outside
 
 
 @dataclass
@@ -190,6 +306,26 @@ def poisson(rate_rps: float, duration_s: float, seed: int) -> list[W.Arrival]:
 # -- cases ----------------------------------------------------------------------------------
 
 @dataclass
+class Tally:
+    """Counts of a case whose calls are not one load run (reload calls, inferences)."""
+
+    sent: int = 0
+    responses: int = 0
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+
+    def add(self, outcome: str | None) -> None:
+        """One call: ``None`` = no answer (lost), "OK", or an error code."""
+        self.sent += 1
+        if outcome is None:
+            self.lost += 1
+            return
+        self.responses += 1
+        if outcome != "OK":
+            self.errors_by_code[outcome] = self.errors_by_code.get(outcome, 0) + 1
+
+
+@dataclass
 class CaseResult:
     name: str
     result: LoadResult | None
@@ -198,16 +334,38 @@ class CaseResult:
     details: list[str] = field(default_factory=list)  # extra markdown for the report
     skipped: str = ""
     warnings: list[str] = field(default_factory=list)  # reported; failures with --strict
+    tally: Tally | None = None  # instead of ``result``
+    healthy: str = ""  # was the server healthy afterwards (its model answering)?
+    comparison: bool = False  # a comparison row: only "lost 0" is a bound
+    documented: str = ""  # a known, documented limit hit (verdict says so; not a failure)
+
+    @property
+    def lost(self) -> int:
+        if self.result is not None:
+            return self.result.lost
+        return self.tally.lost if self.tally is not None else 0
+
+    @property
+    def ran(self) -> bool:
+        return self.result is not None or self.tally is not None
 
     @property
     def passed(self) -> bool:
-        return not self.failures and (self.result is None or self.result.lost == 0)
+        return self.lost == 0 and (self.comparison or not self.failures)
 
     def verdict(self) -> str:
-        if self.result is None:
+        if not self.ran:
             return "skipped"
-        problems = self.failures + ([f"{self.result.lost} lost"] if self.result.lost else [])
-        text = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+        lost = [f"{self.lost} lost"] if self.lost else []
+        if self.comparison:
+            text = ("comparison only (not a bound)" if not lost
+                    else "FAIL: " + "; ".join(lost))
+            if self.failures:
+                text += ": " + "; ".join(self.failures)
+        else:
+            problems = self.failures + lost
+            text = ("FAIL: " + "; ".join(problems) if problems
+                    else self.documented or "PASS")
         if self.warnings:
             text += " (WARN: " + "; ".join(self.warnings) + ")"
         return text
@@ -221,6 +379,9 @@ class Context:
     max_queue_size: int
     quick: bool
     stubs: dict[str, int | None] = field(default_factory=dict)
+    outside: str = ""  # the hostile case's folder outside the repository
+    drip: "DripServer | None" = None
+    tmp: str = ""
 
 
 def _fmt(x: float | None, digits: int = 0) -> str:
@@ -347,10 +508,11 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
         if bad_codes:
             fails.append(f"errors other than UNAVAILABLE: {bad_codes} "
                          f"(e.g. {result.messages(next(iter(bad_codes)), 1)})")
-        if ratio_p99 is not None and ratio_p99 > ERROR_SLA_RATIO_BOUND:
-            case.warnings.append(
-                f"slow rejections: p99 of error latency / own SLA {ratio_p99:.2f} > "
-                f"{ERROR_SLA_RATIO_BOUND:g} (refusals after the deadline)")
+        if ratio_p99 is None:
+            notes.append("no refusals with an SLA: the refusal bound was not exercised")
+        elif ratio_p99 > ERROR_SLA_RATIO_BOUND:
+            fails.append(f"slow refusals: p99 of refusal time / own SLA {ratio_p99:.2f} > "
+                         f"{ERROR_SLA_RATIO_BOUND:g} (refused after the deadline)")
 
     # Queue depth (explicit: the plugin's gauge; native: Triton's pending count).
     depths = [s.queue_depth for s in mon.samples if s.queue_depth is not None]
@@ -400,6 +562,8 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
         if explicit and recovered > RECOVERY_BOUND_S:
             fails.append(f"recovery {recovered:.0f} s > {RECOVERY_BOUND_S:g} s")
 
+    case.healthy = health_after(ctx.server, model)
+
     # Per-second table for the report.
     case.details = [f"#### {name}: per-second buckets (by scheduled time)", "",
                     *_bucket_table([
@@ -430,6 +594,7 @@ def case_soak(ctx: Context) -> CaseResult:
         result = gen.run(poisson(rate, duration, SEED + 10), max_duration_s=duration,
                          drain_timeout_s=30.0, on_start=mon.set_t0)
     case = CaseResult("soak", result)
+    case.healthy = health_after(ctx.server, EXPLICIT)
     notes, fails = case.notes, case.failures
     notes.append(f"{rate:.0f} req/s (0.7x capacity) for {duration:g} s; ok p50/p99 "
                  f"{_fmt(result.p50_ms)}/{_fmt(result.p99_ms)} ms")
@@ -482,27 +647,595 @@ def case_soak(ctx: Context) -> CaseResult:
     return case
 
 
-CASES = {"overload": case_overload, "soak": case_soak, "native": case_native_overload}
+# -- stub crashes, stalls, hostile reloads, a dripping metrics endpoint ------------------
+
+def _http_client(server: TritonServer, timeout_s: float = 30.0):
+    import tritonclient.http as httpclient
+    return httpclient.InferenceServerClient(server.http_url, connection_timeout=timeout_s,
+                                            network_timeout=timeout_s)
+
+
+def _infer_error(server: TritonServer, model: str, timeout_s: float = 10.0) -> str | None:
+    """None when ``model`` answers one short inference (HTTP), else why not."""
+    import numpy as np
+    import tritonclient.http as httpclient
+    try:
+        client = _http_client(server, timeout_s)
+        try:
+            ids = httpclient.InferInput("INPUT_IDS", [1, 6], "INT64")
+            ids.set_data_from_numpy(np.array([[101, 2023, 2003, 1037, 3231, 102]],
+                                             dtype=np.int64))
+            out = client.infer(model, [ids]).as_numpy("EMBEDDING")
+        finally:
+            client.close()
+    except Exception as exc:  # refused, down, timed out: all "not serving"
+        return f"{type(exc).__name__}: {str(exc)[:160]}"
+    return None if out is not None and out.shape == (1, 384) else "wrong output shape"
+
+
+def health_after(server: TritonServer, model: str) -> str:
+    """'yes' when the server is up and ready and ``model`` answers an inference."""
+    if server.process is None or server.process.poll() is not None:
+        return f"no: server exited ({server.process.returncode if server.process else '-'})"
+    if not server.is_ready():
+        return "no: server not ready"
+    why = _infer_error(server, model)
+    return "yes" if why is None else f"no: {model} fails ({why})"
+
+
+def _is_stub(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].endswith(b"triton_python_backend_stub")
+    except OSError:
+        return False
+
+
+def _load(server: TritonServer, model: str) -> float:
+    """Load ``model`` (explicit model control); seconds it took."""
+    started = time.monotonic()
+    client = _http_client(server, 120.0)
+    try:
+        client.load_model(model)
+    finally:
+        client.close()
+    return time.monotonic() - started
+
+
+def _unload(server: TritonServer, model: str, case: CaseResult) -> None:
+    """Unload ``model`` and wait for its stubs to go; a stub still there after 30 s is
+    killed by PID and counts as a failure of the case."""
+    client = _http_client(server, 60.0)
+    try:
+        client.unload_model(model)
+    except Exception as exc:
+        case.failures.append(f"unload of {model} failed: {exc}")
+    finally:
+        client.close()
+    deadline = time.monotonic() + 30.0
+    while stub_pids(server.process.pid, model) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = stub_pids(server.process.pid, model)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    if left:
+        case.failures.append(f"stub(s) {sorted(left)} still running 30 s after the unload "
+                             f"(killed by PID)")
+
+
+def run_stub_kill(ctx: Context, model: str, name: str, comparison: bool) -> CaseResult:
+    """kill -9 of ``model``'s stub with CRASH_REQUESTS requests queued; the stub supervisor
+    reloads it. ``comparison`` (intake release): clients give up after
+    RELEASE_CLIENT_TIMEOUT_S, since the backend keeps nothing for released requests."""
+    server = ctx.server
+    case = CaseResult(name, None, comparison=comparison)
+    notes, fails = case.notes, case.failures
+    load_s = _load(server, model)
+    try:
+        why = _infer_error(server, model)
+        stubs = stub_pids(server.process.pid, model)
+        if why or len(stubs) != 1:
+            fails.append(f"{model} not serving before the kill ({why}; stubs {sorted(stubs)})")
+            case.tally = Tally()
+            return case
+        (stub,) = stubs
+        log: list[str] = []
+        supervisor = StubSupervisor(server.process.pid, server.http_url, [model],
+                                    period_s=0.25, log=log.append).start()
+        try:
+            time.sleep(0.6)  # the supervisor has seen the stub
+            kill: dict = {}
+
+            def kill_later(t0: float) -> None:
+                def fire() -> None:
+                    kill["at_s"] = time.monotonic() - t0
+                    kill["mono"] = time.monotonic()
+                    os.kill(stub, signal.SIGKILL)  # ours: a child of the server we started
+                kill["timer"] = threading.Timer(
+                    max(0.0, t0 + CRASH_KILL_AT_S - time.monotonic()), fire)
+                kill["timer"].start()
+
+            arrivals = [Arrival(i * 0.002, CRASH_SEQ_LEN, CRASH_SLA_MS)
+                        for i in range(CRASH_REQUESTS)]
+            timeout = RELEASE_CLIENT_TIMEOUT_S if comparison else None
+            # The drain ends CRASH_ANSWER_BOUND_S after the kill (a request unanswered by
+            # then is LOST) or, with a client timeout, after it.
+            drain = (CRASH_KILL_AT_S - arrivals[-1].time_s
+                     + (timeout + 5.0 if timeout else CRASH_ANSWER_BOUND_S))
+            gen = LoadGenerator(server.grpc_url, model, clients=4, client_timeout_s=timeout,
+                                seed=SEED)
+            result = gen.run(arrivals, drain_timeout_s=drain, on_start=kill_later)
+            kill["timer"].join()
+            case.result = result
+            kill_at = kill["at_s"]
+            queued = sum(1 for r in result.records if r.sent_s is not None
+                         and r.sent_s <= kill_at and (r.response_s is None
+                                                      or r.response_s > kill_at))
+            answers = [r.response_s - kill_at for r in result.records
+                       if r.response_s is not None and r.outcome != "DEADLINE_EXCEEDED"
+                       and r.response_s > kill_at]
+            last_s = max(answers) if answers else None
+            notes.append(f"{CRASH_REQUESTS} requests x {CRASH_SEQ_LEN} tokens sent in "
+                         f"{arrivals[-1].time_s:.1f} s; kill -9 of stub {stub} at "
+                         f"{kill_at:.1f} s with {queued} unanswered (bound >= "
+                         f"{CRASH_MIN_QUEUED}); model loaded in {load_s:.1f} s")
+            notes.append(f"last server answer {last_s:.1f} s after the kill" if last_s
+                         is not None else "no server answer after the kill")
+            codes = [c for c in result.errors_by_code if c != "DEADLINE_EXCEEDED"]
+            for code in codes:
+                notes.append(f"{code} e.g. {result.messages(code, 1)[0][:120]!r}")
+            if result.client_timeouts:
+                notes.append(f"{result.client_timeouts} clients timed out after "
+                             f"{timeout:g} s: no answer from the server (intake release "
+                             f"keeps nothing for them)")
+            if queued < CRASH_MIN_QUEUED:
+                fails.append(f"only {queued} requests unanswered at the kill "
+                             f"(< {CRASH_MIN_QUEUED}): the kill tested too little")
+            if result.duplicates:
+                fails.append(f"{result.duplicates} requests answered twice")
+            if not comparison and last_s is not None and last_s > CRASH_ANSWER_BOUND_S:
+                fails.append(f"last answer {last_s:.1f} s after the kill > "
+                             f"{CRASH_ANSWER_BOUND_S:g} s")
+            deadline = kill["mono"] + RELOAD_BOUND_S
+            while supervisor.reloads[model] == 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            reloaded = supervisor.reloads[model] > 0
+        finally:
+            supervisor.stop()
+        why = _infer_error(server, model)
+        if reloaded and why is None:
+            case.healthy = "yes (reloaded by the supervisor, answers)"
+            notes.append("; ".join(log))
+        elif not _http_ready(server, model):
+            case.healthy = "no: model reports not ready (allowed)"
+            notes.append(f"not reloaded within {RELOAD_BOUND_S:g} s: {log}")
+        else:
+            case.healthy = f"no: model READY but fails ({why})"
+            fails.append(f"model reports ready but does not serve after the kill ({why}; "
+                         f"supervisor: {log})")
+        if stub in stub_pids(server.process.pid, model):
+            fails.append(f"killed stub {stub} still listed")
+        return case
+    finally:
+        _unload(server, model, case)
+
+
+def _http_ready(server: TritonServer, model: str) -> bool:
+    try:
+        client = _http_client(server, 5.0)
+        try:
+            return bool(client.is_model_ready(model))
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def case_kill_hold(ctx: Context) -> CaseResult:
+    return run_stub_kill(ctx, HOLD, "stub kill -9 (intake hold)", comparison=False)
+
+
+def case_kill_release(ctx: Context) -> CaseResult:
+    name = "stub kill -9 (intake release, comparison)"
+    if ctx.quick:
+        return CaseResult(name, None, skipped="skipped in --quick")
+    return run_stub_kill(ctx, RELEASE, name, comparison=True)
+
+
+HOSTILE_RELOADS = (  # (label, config parameters, expected in the refusal)
+    ("profile_dir symlinked out of the repository", {"profile_dir": f"{HOSTILE}/linked_out"},
+     "resolves outside the model repository"),
+    ("profile symlinked to /etc/passwd", {"profile_dir": f"{HOSTILE}/passwd_profiles"},
+     "passwd.yaml: resolves outside"),
+    (f"{HOSTILE_PROFILE_MB} MB profile", {"profile_dir": f"{HOSTILE}/huge_profiles"},
+     "byte limit for a profile file"),
+    ("missing inner_model", {"inner_model": "does_not_exist"},
+     "inner_model='does_not_exist'"),
+)
+
+
+def case_hostile(ctx: Context) -> CaseResult:
+    """A live model reloaded with hostile profiles: each reload refused within 2 s, quoting
+    nothing from outside the repository, the old version still serving."""
+    from tritonclient.utils import InferenceServerException
+
+    server = ctx.server
+    case = CaseResult("hostile reloads", None, tally=Tally())
+    tally, notes, fails = case.tally, case.notes, case.failures
+    load_s = _load(server, HOSTILE)
+    notes.append(f"{HOSTILE} loaded in {load_s:.1f} s; calls: each hostile reload "
+                 f"(an error is the expected answer) and one inference after it")
+    client = _http_client(server, 30.0)
+    try:
+        for label, params, expected in HOSTILE_RELOADS:
+            config = client.get_model_config(HOSTILE)
+            for key, value in params.items():
+                config.setdefault("parameters", {})[key] = {"string_value": value}
+            started = time.monotonic()
+            message = ""
+            try:
+                client.load_model(HOSTILE, config=json.dumps(config))
+                tally.add("OK")
+            except InferenceServerException as exc:
+                message = str(exc)
+                tally.add(f"load refused (HTTP {exc.status() or '?'})")
+            except Exception as exc:  # no answer within the client's timeout
+                message = f"{type(exc).__name__}: {exc}"
+                tally.add(None)
+            took = time.monotonic() - started
+            checks = []
+            if not message:
+                fails.append(f"{label}: the reload was accepted")
+            elif expected not in message:
+                fails.append(f"{label}: refusal without {expected!r}: {message[:200]!r}")
+            if took > HOSTILE_REFUSAL_BOUND_S:
+                fails.append(f"{label}: refused after {took:.2f} s > "
+                             f"{HOSTILE_REFUSAL_BOUND_S:g} s")
+            quoted = [w for w in (ctx.outside, HOSTILE_SECRET, "root:") if w in message]
+            if quoted or len(message) > 2000:
+                fails.append(f"{label}: the refusal quotes outside content {quoted} "
+                             f"({len(message)} chars)")
+            else:
+                checks.append("nothing from outside quoted")
+            why = _infer_error(server, HOSTILE)
+            tally.add("OK" if why is None else "INFER_FAILED")
+            if why is None and _http_ready(server, HOSTILE):
+                checks.append("old version serves")
+            else:
+                fails.append(f"{label}: the old version stopped serving ({why})")
+            notes.append(f"{label}: refused in {took:.2f} s, " + ", ".join(checks))
+    finally:
+        client.close()
+        case.healthy = health_after(server, HOSTILE)
+        _unload(server, HOSTILE, case)
+    return case
+
+
+class DripServer:
+    """A metrics endpoint on 127.0.0.1 (free port): serves ``page`` whole, or, once
+    ``start_drip()`` is called, one byte every DRIP_BYTE_EVERY_S."""
+
+    def __init__(self):
+        self.page = ""
+        self.drip_since: float | None = None  # monotonic time of start_drip()
+        self.first_drip_s: float | None = None  # monotonic time of the first dripped byte
+        self.release = threading.Event()
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                body = state.page.encode("utf-8")
+                head = (f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                        ).encode("ascii")
+                try:
+                    if state.drip_since is None:
+                        self.wfile.write(head + body)
+                    else:
+                        self.wfile.write(head)
+                        for i in range(len(body)):
+                            if state.first_drip_s is None:
+                                state.first_drip_s = time.monotonic()
+                            self.wfile.write(body[i:i + 1])
+                            self.wfile.flush()
+                            if state.release.wait(DRIP_BYTE_EVERY_S) or state.drip_since is None:
+                                break
+                except OSError:  # the scraper gave up: the point of the drip
+                    pass
+                self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+        self._thread = threading.Thread(target=self.httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def start_drip(self) -> None:
+        self.first_drip_s = None
+        self.drip_since = time.monotonic()
+
+    def stop_drip(self) -> None:
+        self.drip_since = None
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _sidecar_health(server: TritonServer, model: str) -> float | None:
+    try:
+        text = scrape(server.metrics_url, 1.0)
+    except (OSError, MetricsParseError):
+        return None
+    for s in read_samples(text):
+        if (s.name == "explicit_batching_sidecar_health"
+                and s.labels.get("model") == model):
+            return float(s.value)
+    return None
+
+
+def case_drip(ctx: Context) -> CaseResult:
+    """The perception sidecar's metrics endpoint starts drip-feeding: sidecar_health must
+    drop below 1 within DRIP_HEALTH_BOUND_S, while the model keeps serving a light load."""
+    server, drip = ctx.server, ctx.drip
+    case = CaseResult("drip-feeding metrics endpoint", None)
+    notes, fails = case.notes, case.failures
+    drip.stop_drip()
+    drip.page = scrape(server.metrics_url, 5.0)  # a real Triton page: health reads ok
+    load_s = _load(server, DRIP)
+    readings: list[tuple[float, float | None]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            readings.append((time.monotonic(), _sidecar_health(server, DRIP)))
+            stop.wait(DRIP_SCRAPE_EVERY_S)
+
+    watcher = threading.Thread(target=watch, name="health-watch", daemon=True)
+    try:
+        watcher.start()
+        deadline = time.monotonic() + 15.0
+        while not any(v == 1.0 for _, v in readings) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first_ok = next((t for t, v in readings if v == 1.0), None)
+        if first_ok is None:
+            fails.append(f"sidecar_health never read 1 before the drip (readings "
+                         f"{sorted({v for _, v in readings}, key=str)})")
+        good_s, drip_s = 2.0, 6.0
+        gen = LoadGenerator(server.grpc_url, DRIP, clients=2, seed=SEED)
+        timer: list[threading.Timer] = []
+
+        def drip_later(t0: float) -> None:
+            timer.append(threading.Timer(max(0.0, t0 + good_s - time.monotonic()),
+                                         drip.start_drip))
+            timer[0].start()
+
+        result = gen.run(fixed_rate(5.0, good_s + drip_s, 64, SLA_CLASSES_MS[-1]),
+                         drain_timeout_s=30.0, on_start=drip_later)
+        timer[0].join()
+        case.result = result
+        since = drip.drip_since
+        dropped = next((t for t, v in readings if t >= since and v is not None and v < 1.0),
+                       None)
+        values = sorted({v for t, v in readings if t >= since and v is not None})
+        drip.stop_drip()
+        stopped = time.monotonic()
+        back = None
+        while back is None and time.monotonic() < stopped + 10.0:
+            time.sleep(0.1)
+            back = next((t for t, v in list(readings) if t > stopped and v == 1.0), None)
+        notes.append(f"{DRIP} loaded in {load_s:.1f} s; 5 req/s for {good_s + drip_s:g} s; "
+                     f"the endpoint serves a whole page {good_s:g} s, then drips one byte "
+                     f"every {DRIP_BYTE_EVERY_S:g} s; Triton's metrics port scraped every "
+                     f"{DRIP_SCRAPE_EVERY_S:g} s ({len(readings)} reads)")
+        if dropped is None:
+            fails.append(f"sidecar_health not below 1 within {drip_s:g} s of the drip "
+                         f"(values {values})")
+        else:
+            took = dropped - since
+            first = (f", {dropped - drip.first_drip_s:.2f} s after the first dripped byte"
+                     if drip.first_drip_s else "")
+            notes.append(f"sidecar_health < 1 {took:.2f} s after the drip started{first} "
+                         f"(bound {DRIP_HEALTH_BOUND_S:g} s); values while dripping {values}")
+            if took > DRIP_HEALTH_BOUND_S:
+                fails.append(f"sidecar_health < 1 only {took:.2f} s after the drip > "
+                             f"{DRIP_HEALTH_BOUND_S:g} s")
+        notes.append(f"back to 1 {back - stopped:.1f} s after the drip stopped" if back
+                     else "not back to 1 within 10 s of the drip stopping")
+        if result.errors:
+            notes.append(f"errors: {_error_breakdown(result)}")
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        drip.stop_drip()
+        case.healthy = health_after(server, DRIP)
+        _unload(server, DRIP, case)
+    return case
+
+
+def case_stall(ctx: Context) -> CaseResult:
+    """SIGSTOP of a stub for STALL_FOR_S under light load, on a server of its own (Triton
+    2.51 aborts when a stub with work stalls > ~1 s: README, "Stub crashes and stalls")."""
+    name = f"stub SIGSTOP {STALL_FOR_S:g} s"
+    if ctx.quick:
+        return CaseResult(name, None, skipped="skipped in --quick (a server of its own)")
+    case = CaseResult(name, None)
+    notes, fails = case.notes, case.failures
+    repo = os.path.join(ctx.tmp, "stall_repository")
+    os.makedirs(repo)
+    copy_explicit(repo, STALL)
+    log = os.path.join(ctx.tmp, "stall-tritonserver.log")
+    server = TritonServer(repo, log_path=log, exit_timeout_s=10, extra_args=(
+        "--model-control-mode=explicit", f"--load-model={STALL}"))
+    stubs: set[int] = set()
+    timers: list[threading.Timer] = []
+    events: dict[str, float] = {}
+    server.start()
+    try:
+        server.wait_ready()
+        stubs = stub_pids(server.process.pid, STALL)  # found now: after an abort they are orphans
+        if len(stubs) != 1:
+            fails.append(f"expected one stub of {STALL}, found {sorted(stubs)}")
+            case.tally = Tally()
+            return case
+        (stub,) = stubs
+
+        def signal_at(t0: float, at_s: float, sig: int, key: str) -> None:
+            def fire() -> None:
+                events[key] = time.monotonic() - t0
+                try:
+                    os.kill(stub, sig)
+                except ProcessLookupError:
+                    pass
+            timers.append(threading.Timer(max(0.0, t0 + at_s - time.monotonic()), fire))
+            timers[-1].start()
+
+        def stall_later(t0: float) -> None:
+            signal_at(t0, STALL_AT_S, signal.SIGSTOP, "stop")
+            signal_at(t0, STALL_AT_S + STALL_FOR_S, signal.SIGCONT, "cont")
+
+        gen = LoadGenerator(server.grpc_url, STALL, clients=2,
+                            client_timeout_s=STALL_CLIENT_TIMEOUT_S, seed=SEED)
+        result = gen.run(fixed_rate(STALL_RATE_RPS, STALL_RUN_S, 64, SLA_CLASSES_MS[-1]),
+                         drain_timeout_s=STALL_CLIENT_TIMEOUT_S + 5.0, on_start=stall_later)
+        for t in timers:
+            t.join()
+        case.result = result
+        died = server.process.poll() is not None
+        notes.append(f"own server; {STALL_RATE_RPS:g} req/s for {STALL_RUN_S:g} s; SIGSTOP of "
+                     f"stub {stub} at {events.get('stop', math.nan):.1f} s, SIGCONT at "
+                     f"{events.get('cont', math.nan):.1f} s; default settings (no setting "
+                     f"prevents the abort: README)")
+        if result.errors_by_code:
+            for code in result.errors_by_code:
+                notes.append(f"{code} e.g. {(result.messages(code, 1) or [''])[0][:100]!r}")
+        if result.client_timeouts:
+            notes.append(f"{result.client_timeouts} clients gave up after "
+                         f"{STALL_CLIENT_TIMEOUT_S:g} s (no server answer)")
+        if result.duplicates:
+            fails.append(f"{result.duplicates} requests answered twice")
+        case.healthy = health_after(server, STALL)
+        if died:
+            rc = server.process.returncode
+            case.documented = "documented (README: Stub crashes and stalls)"
+            notes.append(f"tritonserver aborted (exit {rc}"
+                         + (f", signal {-rc}" if rc < 0 else "") + ")")
+            with open(log, errors="replace") as fh:
+                cause = [line.strip() for line in fh if "lock_exception" in line
+                         or "terminate called" in line]
+            if cause:
+                notes.append(f"log: {cause[0][:120]!r}")
+        else:
+            notes.append("tritonserver survived")
+    finally:
+        for t in timers:
+            t.cancel()
+        for pid in stubs:  # a stopped stub would hold the server's shutdown
+            if _is_stub(pid):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        server.stop()  # reaps the server, whether it aborted or not
+        left = [pid for pid in stubs if _is_stub(pid)]
+        for pid in left:  # orphans of an aborted server ignore SIGTERM
+            os.kill(pid, signal.SIGKILL)
+        if left:
+            notes.append(f"killed {len(left)} leftover stub(s) by PID {left}")
+        deadline = time.monotonic() + 5.0
+        while any(_is_stub(pid) for pid in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if any(_is_stub(pid) for pid in left):
+            fails.append(f"stub(s) {left} still running after SIGKILL")
+    return case
+
+
+CASES = {"overload": case_overload, "soak": case_soak, "native": case_native_overload,
+         "kill-hold": case_kill_hold, "kill-release": case_kill_release,
+         "hostile": case_hostile, "drip": case_drip, "stall": case_stall}
 
 
 # -- report ------------------------------------------------------------------------------
 
-def table(cases: list[CaseResult]) -> str:
-    lines = ["| case | requests sent | responses | errors by code | lost (must be 0) | notes |"
-             " verdict |", "|---|---:|---:|---|---:|---|---|"]
+TABLE_HEADER = ("| case | requests sent | answered | errors by code | lost (must be 0) | "
+                "healthy afterwards | notes | verdict |")
+
+
+def table(cases: list[CaseResult], previous: dict[str, str] | None = None) -> str:
+    """The results table; ``previous``: rows (by case name) of cases not rerun, copied
+    from the last report."""
+    lines = [TABLE_HEADER, "|---|---:|---:|---|---:|---|---|---|"]
+    ran = set()
     for c in cases:
-        if c.result is None:
-            lines.append(f"| {c.name} | - | - | - | 0 | {c.skipped} | skipped |")
+        if not c.ran:
+            if previous and c.name in previous:
+                continue
+            lines.append(f"| {c.name} | - | - | - | 0 | - | {c.skipped} | skipped |")
             continue
-        r = c.result
-        errs = ", ".join(
-            f"{k} (client timeout {r.client_timeout_s:g} s, no server answer) {v}"
-            if k == "DEADLINE_EXCEEDED" and r.client_timeouts else f"{k} {v}"
-            for k, v in r.errors_by_code.items()) or "none"
+        ran.add(c.name)
+        if c.result is not None:
+            r = c.result
+            sent, answered, lost = r.sent, r.responses, r.lost
+            errs = ", ".join(
+                f"{k} (client timeout {r.client_timeout_s:g} s, no server answer) {v}"
+                if k == "DEADLINE_EXCEEDED" and r.client_timeouts else f"{k} {v}"
+                for k, v in r.errors_by_code.items()) or "none"
+        else:
+            t = c.tally
+            sent, answered, lost = t.sent, t.responses, t.lost
+            errs = ", ".join(f"{k} {v}" for k, v in sorted(t.errors_by_code.items())) or "none"
         notes = "; ".join(c.notes).replace("|", "/")
-        lines.append(f"| {c.name} | {r.sent} | {r.responses} | {errs} | {r.lost} | {notes} | "
-                     f"{c.verdict()} |")
+        lines.append(f"| {c.name} | {sent} | {answered} | {errs} | {lost} | "
+                     f"{(c.healthy or 'n/a').replace('|', '/')} | {notes} | {c.verdict()} |")
+    for name, row in (previous or {}).items():
+        if name not in ran:
+            lines.append(row)
     return "\n".join(lines)
+
+
+def previous_report(path: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """From an earlier report: its table rows and its detail blocks, by case name, marked
+    as from the previous run (a run of some cases keeps the others' last results)."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:
+        return {}, {}
+    rows: dict[str, str] = {}
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith("| case |"):
+            in_table = "lost" in line
+            old_format = "healthy" not in line  # before the "healthy afterwards" column
+            continue
+        if in_table and line.startswith("| ") and not line.startswith("|---"):
+            if old_format:
+                cells = line.split("|")
+                cells.insert(6, " not recorded ")
+                line = "|".join(cells)
+            name = line.split("|")[1].strip()
+            if name.endswith("*(previous run)*"):
+                rows[name.replace(" *(previous run)*", "")] = line
+            else:
+                rows[name] = line.replace(f"| {name} |", f"| {name} *(previous run)* |", 1)
+        elif in_table and not line.startswith("|"):
+            in_table = False
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in text.split("## Per-second latency (recovery analysis)", 1)[-1].splitlines() \
+            if "## Per-second latency" in text else []:
+        if line.startswith("#### "):
+            current = line[5:].split(":", 1)[0].replace(" *(previous run)*", "")
+            blocks[current] = [line if "*(previous run)*" in line else
+                               line.replace(current, f"{current} *(previous run)*", 1)]
+        elif current:
+            blocks[current].append(line)
+    return rows, blocks
 
 
 def machine_notes() -> str:
@@ -531,9 +1264,21 @@ def bounds_legend() -> str:
         f"(first 20 %) <= {SOAK_RSS_GROWTH_BOUND * 100:g} %; stub thread count never above "
         f"the warm-up's. *native overload 2x*: comparison only, lost 0 is its one bound; its "
         f"client gives up after {NATIVE_CLIENT_TIMEOUT_S:g} s (DEADLINE_EXCEEDED, no server "
-        f"answer), since Triton's dynamic-batcher queue is unbounded. **WARN** (reported, "
-        f"fails only with `--strict`): p99 of error latency / the request's own SLA <= "
-        f"{ERROR_SLA_RATIO_BOUND:g}, i.e. refusals arrive before the deadline they announce. "
+        f"answer), since Triton's dynamic-batcher queue is unbounded. *overload 2x* also: "
+        f"refusals before the deadline, p99 of (refusal latency / the request's own SLA) <= "
+        f"{ERROR_SLA_RATIO_BOUND:g}. *stub kill -9 (intake hold)*: >= {CRASH_MIN_QUEUED} "
+        f"requests unanswered at the kill; every client answered within "
+        f"{CRASH_ANSWER_BOUND_S:g} s of the kill (else lost), none twice; afterwards the model "
+        f"is reloaded by `triton_backend/supervisor.py` and answers, or reports not ready. "
+        f"*stub kill -9 (intake release)*: comparison only; its client gives up after "
+        f"{RELEASE_CLIENT_TIMEOUT_S:g} s. *hostile reloads*: each refused within "
+        f"{HOSTILE_REFUSAL_BOUND_S:g} s, naming the problem, quoting nothing from outside "
+        f"the repository, the old version still answering. *drip-feeding metrics endpoint*: "
+        f"`explicit_batching_sidecar_health` < 1 within {DRIP_HEALTH_BOUND_S:g} s of the drip "
+        f"starting. *stub SIGSTOP*: PASS when the server survives; \"documented\" when it "
+        f"aborts (README, \"Stub crashes and stalls\"). *healthy afterwards*: the server "
+        f"ready and the case's model answering one inference (a failure when not, except in "
+        f"comparison rows and documented aborts). "
         f"Latency = response time - actual send time; send lag = actual - scheduled send "
         f"time.")
 
@@ -547,7 +1292,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="report path (full run default: results/reliability.md; "
                              "--quick prints only)")
     parser.add_argument("--strict", action="store_true",
-                        help="warnings (e.g. refusals after the deadline) fail the run too")
+                        help="warnings fail the run too")
     parser.add_argument("--details", action="store_true",
                         help="print the per-second buckets too")
     args = parser.parse_args(argv)
@@ -561,9 +1306,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capacity of {EXPLICIT} (t4, padded, time scale {TIME_SCALE:g}): {cap:.1f} req/s",
           flush=True)
     names = args.case or list(CASES)
+    out = args.out or (None if args.quick else DEFAULT_OUT)
+    # A run of some cases keeps the other cases' rows of the last report (marked so).
+    previous_rows, previous_blocks = (previous_report(out) if out and args.case
+                                      else ({}, {}))
     results: list[CaseResult] = []
+    drip = DripServer()
     with tempfile.TemporaryDirectory(prefix="reliability-") as tmp:
-        repo = prepare_repository(tmp)
+        repo, outside = prepare_repository(tmp, drip.url)
         log = os.path.join(tmp, "tritonserver.log")
         server = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
             "--model-control-mode=explicit", f"--load-model={EXPLICIT}",
@@ -573,15 +1323,24 @@ def main(argv: list[str] | None = None) -> int:
             with server:
                 print(f"server ready in {time.monotonic() - started:.1f} s "
                       f"(gRPC {server.grpc_url})", flush=True)
-                ctx = Context(server, repo, cap, max_queue, args.quick)
+                ctx = Context(server, repo, cap, max_queue, args.quick, outside=outside,
+                              drip=drip, tmp=tmp)
                 for model in (EXPLICIT, NATIVE):
                     ctx.stubs[model] = find_stub(server.process.pid, repo, model)
                 for name in names:
                     t = time.monotonic()
                     case = CASES[name](ctx)
                     results.append(case)
+                    if (case.healthy.startswith("no") and not case.comparison
+                            and not case.documented and "allowed" not in case.healthy):
+                        case.failures.append(f"not healthy afterwards ({case.healthy})")
                     r = case.result
-                    print(f"[{case.name}] {r.summary() if r else case.skipped} "
+                    summary = (r.summary() if r else
+                               f"sent {case.tally.sent}, answered {case.tally.responses}, "
+                               f"errors {case.tally.errors_by_code}, lost {case.tally.lost}"
+                               if case.tally else case.skipped)
+                    print(f"[{case.name}] {summary}; healthy afterwards: "
+                          f"{case.healthy or 'n/a'}; {case.verdict()} "
                           f"({time.monotonic() - t:.0f} s)", flush=True)
                     if args.strict:
                         case.failures.extend(case.warnings)
@@ -591,24 +1350,31 @@ def main(argv: list[str] | None = None) -> int:
                     for w in case.warnings:
                         print(f"[{case.name}] WARN: {w}", flush=True)
         finally:
+            drip.close()
             failed = any(not c.passed for c in results)
             if failed and os.path.exists(log):
                 with open(log, errors="replace") as fh:
                     tail = fh.read().splitlines()[-30:]
                 print("--- tritonserver log (tail) ---\n" + "\n".join(tail), file=sys.stderr)
+    ran = {c.name for c in results if c.ran}
+    kept = {n: row for n, row in previous_rows.items() if n not in ran}
+    kept_note = ([f"Rows marked *(previous run)* ({', '.join(kept)}) were not rerun by this "
+                  f"command: they are copied from the report it replaced.", ""]
+                 if kept else [])
     report = "\n".join([
         "# Reliability suite", "", "```bash", command, "```", "", machine_notes(), "",
-        table(results), "", bounds_legend(), ""])
+        table(results, kept), "", *kept_note, bounds_legend(), ""])
     print("\n" + report)
     if args.details:
         for c in results:
             if c.details:
                 print("\n".join(c.details))
-    out = args.out or (None if args.quick else DEFAULT_OUT)
     if out:
         with open(out, "w") as fh:
             fh.write(report)
             details = [line for c in results for line in c.details]
+            details += [line for n, block in previous_blocks.items() if n not in ran
+                        for line in block]
             if details:
                 fh.write("\n## Per-second latency (recovery analysis)\n\n" + "\n".join(details))
         print(f"wrote {out}")
