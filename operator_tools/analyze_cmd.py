@@ -3,8 +3,8 @@
 The design (section 3.2) names the cause of the no-man's land: from the collection of a
 metric to the action taken on it typically passes 3-5 scheduling periods, about
 100-200 ms, and a batch already sent cannot be called back. The plugin exports both
-halves of that lag on the metrics port: ``explicit_batching_observation_age_ms`` (age of
-the perception sample the last decision used) and ``_control_lag_ms`` (how late that
+halves of that lag on the metrics port: ``explicit_batching_observation_age_seconds`` (age
+of the perception sample the last decision used) and ``_control_lag_seconds`` (how late that
 decision ran against its period, e.g. behind a long batch). Lag = their sum.
 
 Live (``--metrics-url``: sampled for a few seconds) or from a recorded trace
@@ -52,12 +52,14 @@ def samples_from_series(series: Series) -> list[LagSample]:
     t0 = snaps[0].taken_s
     out = []
     for s in snaps:
-        if "observation_age_ms" not in s.gauges or "control_lag_ms" not in s.gauges:
+        if "observation_age_seconds" not in s.gauges or "control_lag_seconds" not in s.gauges:
             continue
+        period_s = s.gauges.get("control_period_seconds")
         met = sum(v for (_, outcome), v in s.sla.items() if outcome == "met")
         missed = sum(v for (_, outcome), v in s.sla.items() if outcome == "missed")
-        out.append(LagSample(s.taken_s - t0, s.gauges["observation_age_ms"],
-                             s.gauges["control_lag_ms"], s.gauges.get("control_period_ms"),
+        out.append(LagSample(s.taken_s - t0, s.gauges["observation_age_seconds"] * 1000.0,
+                             s.gauges["control_lag_seconds"] * 1000.0,
+                             None if period_s is None else period_s * 1000.0,
                              met if s.sla else None, missed if s.sla else None))
     return out
 

@@ -225,6 +225,10 @@ def control_effect(snapshots: Sequence[PluginSnapshot], model: str) -> ControlEf
         values = [s.gauges[name] for s in snapshots if name in s.gauges]
         return sum(values) / len(values) if values else None
 
+    def mean_ms(name: str) -> float | None:  # a *_seconds gauge, in ms
+        mean = mean_gauge(name)
+        return None if mean is None else mean * 1000.0
+
     zones = [s.zone for s in snapshots if s.zone is not None]
     share = {z: zones.count(z) / len(zones) for z in ZONE_NAMES} if zones else {}
     return ControlEffect(
@@ -232,11 +236,11 @@ def control_effect(snapshots: Sequence[PluginSnapshot], model: str) -> ControlEf
         samples=len(snapshots), requests=sum(requests.values()),
         sla_attainment=attainment, sla_requests={c: n for c, n in requests.items() if n > 0},
         mean_batch_size=sizes / batches if batches > 0 else None,
-        window_ms=mean_gauge("window_ms"), zone_share=share,
+        window_ms=mean_ms("window_seconds"), zone_share=share,
         cost_correction_ratio=last.gauges.get("cost_correction_ratio"),
-        control_period_ms=mean_gauge("control_period_ms"),
-        observation_age_ms=mean_gauge("observation_age_ms"),
-        control_lag_ms=mean_gauge("control_lag_ms"))
+        control_period_ms=mean_ms("control_period_seconds"),
+        observation_age_ms=mean_ms("observation_age_seconds"),
+        control_lag_ms=mean_ms("control_lag_seconds"))
 
 
 # -- model reloads (explicit model-control mode) ----------------------------------------

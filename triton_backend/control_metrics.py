@@ -8,6 +8,11 @@ for the per-request path.
 
 The families are kept referenced for the model's whole life: a ``Metric`` whose family
 was garbage-collected raises on ``set()``.
+
+Latency histograms (``request_duration_seconds``, ``queue_duration_seconds``, per SLA
+class): the per-request observations are kept in a local list and observed in ``flush()``.
+A class's histogram is created with its first observation, so a page carries the buckets
+of the classes that have traffic only.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import Counter
 import triton_python_backend_utils as pb_utils
 
 from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES, HISTOGRAMS,
-                             LABELLED,
+                             LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
                              PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
                              SLA_CLASSES, sla_class)
 
@@ -59,6 +64,11 @@ class ControlMetrics:
         self._profile_info = info.Metric(labels={**labels, "profile": profile,
                                                  "reason": profile_reason})
         self._profile_info.set(1)
+        self._labels = labels
+        self._latency_families = {
+            name: family(name, text, pb_utils.MetricFamily.HISTOGRAM)
+            for name, text in LATENCY_HISTOGRAMS.items()}
+        self._latency = {}  # (histogram name, sla_class) -> Metric, made on first use
 
         self._lock = threading.Lock()  # events come from Triton's thread and the loop
         self._pending_sla: Counter = Counter()
@@ -66,13 +76,23 @@ class ControlMetrics:
         self._pending_counters: Counter = Counter()
         self._pending_batches: list[tuple[int, float]] = []
         self._pending_formed: Counter = Counter()
+        self._pending_latency: list[tuple[str, str, float]] = []  # (histogram, class, s)
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
 
     # -- events (cheap: counted locally) -------------------------------------------------
-    def on_response(self, sla_ms: float, latency_ms: float) -> None:
-        key = (sla_class(sla_ms), "met" if latency_ms <= sla_ms else "missed")
+    def on_response(self, sla_ms: float, latency_s: float) -> None:
+        """A successful response handed off ``latency_s`` seconds after the arrival."""
+        cls = sla_class(sla_ms)
+        key = (cls, "met" if latency_s * 1000.0 <= sla_ms else "missed")
         with self._lock:
             self._pending_sla[key] += 1
+            self._pending_latency.append(("request_duration_seconds", cls, latency_s))
+
+    def on_dispatch(self, waits: list[tuple[float, float]]) -> None:
+        """One batch sent: ``(sla_ms, seconds from arrival to dispatch)`` per member."""
+        with self._lock:
+            self._pending_latency.extend(("queue_duration_seconds", sla_class(sla_ms), wait_s)
+                                         for sla_ms, wait_s in waits)
 
     def on_rejected(self, reason: str, count: int = 1) -> None:
         with self._lock:
@@ -93,12 +113,12 @@ class ControlMetrics:
         g = self._gauges
         g["zone"].set(stats.zone)
         g["prewarmed"].set(1.0 if stats.prewarmed else 0.0)
-        g["window_ms"].set(stats.window_ms)
+        g["window_seconds"].set(stats.window_ms / 1000.0)
         g["queue_depth"].set(stats.queue_depth)
         g["utilization_ratio"].set(stats.utilization)
-        g["observation_age_ms"].set(stats.observation_age_ms)
-        g["control_period_ms"].set(stats.control_period_ms)
-        g["control_lag_ms"].set(stats.control_lag_ms)
+        g["observation_age_seconds"].set(stats.observation_age_ms / 1000.0)
+        g["control_period_seconds"].set(stats.control_period_ms / 1000.0)
+        g["control_lag_seconds"].set(stats.control_lag_ms / 1000.0)
         g["sidecar_health"].set(sidecar_health)
         g["cost_correction_ratio"].set(stats.cost_correction)
         for name, total in (("emergency_batches_total", stats.emergency_batches),
@@ -113,6 +133,7 @@ class ControlMetrics:
             rejected, self._pending_rejected = self._pending_rejected, Counter()
             batches, self._pending_batches = self._pending_batches, []
             formed, self._pending_formed = self._pending_formed, Counter()
+            latency, self._pending_latency = self._pending_latency, []
         for name, n in counters.items():
             self._counters[name].increment(n)
         for key, n in sla.items():
@@ -124,6 +145,16 @@ class ControlMetrics:
         for size, waste in batches:
             self._batch_size.observe(size)
             self._padding.observe(waste)
+        for name, cls, seconds in latency:
+            self._latency_metric(name, cls).observe(seconds)
+
+    def _latency_metric(self, name: str, cls: str):
+        metric = self._latency.get((name, cls))
+        if metric is None:
+            metric = self._latency_families[name].Metric(
+                labels={**self._labels, "sla_class": cls}, buckets=LATENCY_BUCKETS)
+            self._latency[(name, cls)] = metric
+        return metric
 
     def close(self) -> None:
         """On unload: the profile series must not stay at 1 beside the next load's."""

@@ -14,16 +14,24 @@ REJECT_REASONS = ("deadline_infeasible", "queue_full", "invalid_input", "shuttin
 BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
 PADDING_WASTE_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75]
 SIDECAR_DISABLED = -1.0
+# Latency buckets (seconds), 1 ms .. 30 s: 14 rounded steps a decade (each at most 1.22x the
+# one below) that keep the SLA bounds (50, 100, 200, 1000 ms) as bucket edges. Prometheus's
+# histogram_quantile interpolates linearly inside a bucket, so a quantile's error is below
+# the bucket's width (<= 22 %) and, over a smooth latency spread, a few % in practice;
+# 64 buckets x 5 classes stays a small page (a class's series appear with its first request).
+_MANTISSAS = (1.0, 1.2, 1.4, 1.7, 2.0, 2.4, 2.8, 3.4, 4.0, 4.5, 5.0, 6.0, 7.0, 8.5)
+LATENCY_BUCKETS = [round(m * 10.0 ** e, 6) for e in range(-3, 2) for m in _MANTISSAS
+                   if m * 10.0 ** e <= 30.0] + [30.0]
 
 GAUGES = {
     "zone": "Control zone: 0 safe, 1 no-man's land, 2 danger",
     "prewarmed": "1 while explicit control is pre-warmed by utilisation",
-    "window_ms": "Elastic batching window (ms)",
+    "window_seconds": "Elastic batching window (s)",
     "queue_depth": "Requests waiting in the explicit queue",
     "utilization_ratio": "Device utilisation the controller acts on (0-1)",
-    "observation_age_ms": "Age of the perception sample the last decision used (ms)",
-    "control_period_ms": "Measured interval between the last two control decisions (ms)",
-    "control_lag_ms": "How late the last control decision ran against its period (ms)",
+    "observation_age_seconds": "Age of the perception sample the last decision used (s)",
+    "control_period_seconds": "Measured interval between the last two control decisions (s)",
+    "control_lag_seconds": "How late the last control decision ran against its period (s)",
     "sidecar_health": "Perception sidecar: 1 ok, 0.5 degraded, 0 down, -1 disabled",
     "cost_correction_ratio": "Online correction of the profile's cost model (observed/predicted)",
 }
@@ -47,6 +55,14 @@ HISTOGRAMS = {
     "batch_size": "Requests per dispatched batch",
     "padding_waste_ratio": "Share of a batch's padded tokens that are padding",
 }
+# Per SLA class (label sla_class), buckets LATENCY_BUCKETS. Measured from the request's
+# arrival in the plugin's execute(); Triton's own nv_inference_* latencies cover only
+# execute() itself and so miss the time a request waits in the plugin's queue.
+LATENCY_HISTOGRAMS = {
+    "request_duration_seconds": "From arrival in the plugin to the successful response handed "
+                                "to the sender (s); refusals and failures are not observed",
+    "queue_duration_seconds": "From arrival in the plugin to dispatch in a batch (s)",
+}
 LABELLED = {
     "sla_requests_total": "Answered requests by SLA class and outcome",
     "rejected_requests_total": "Requests refused, by reason",
@@ -57,4 +73,4 @@ LABELLED = {
 
 def all_metric_names() -> list[str]:
     """Every family this plugin exports, with the prefix."""
-    return [PREFIX + n for n in (*GAUGES, *COUNTERS, *HISTOGRAMS, *LABELLED)]
+    return [PREFIX + n for n in (*GAUGES, *COUNTERS, *HISTOGRAMS, *LATENCY_HISTOGRAMS, *LABELLED)]

@@ -638,12 +638,13 @@ class ExplicitModel:
                 self._answer(r, _error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL))
         lengths = [r.seq_len for r in batch]
         self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste, former)
+        self.metrics.on_dispatch([(r.sla_ms, started - r.arrival_s) for r in batch])
         if succeeded:
             for r, embedding in zip(batch, embeddings):
                 self._answer(r, functools.partial(_embedding_response, embedding))
             done = time.monotonic()  # handed to the responder (sent within ~1 ms)
             for r in batch:
-                self.metrics.on_response(r.sla_ms, (done - r.arrival_s) * 1000.0)
+                self.metrics.on_response(r.sla_ms, done - r.arrival_s)
         else:
             self.metrics.on_event("batch_failures_total")
         with self._cond:

@@ -79,13 +79,13 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
 
     zone = value(after, PREFIX + "zone")
     assert zone in (0.0, 1.0, 2.0)
-    assert 0.5 <= value(after, PREFIX + "window_ms") <= 20.0          # t4 profile bounds
+    assert 0.0005 <= value(after, PREFIX + "window_seconds") <= 0.020  # t4 profile bounds
     assert value(after, PREFIX + "queue_depth") >= 0
     assert 0.0 <= value(after, PREFIX + "utilization_ratio") <= 1.0
     assert value(after, PREFIX + "sidecar_health") == 1.0              # endpoint up, no NVML
-    assert 0.0 <= value(after, PREFIX + "observation_age_ms") < 1000.0
-    assert 50.0 <= value(after, PREFIX + "control_period_ms") <= 1000.0
-    assert value(after, PREFIX + "control_lag_ms") >= 0.0
+    assert 0.0 <= value(after, PREFIX + "observation_age_seconds") < 1.0
+    assert 0.05 <= value(after, PREFIX + "control_period_seconds") <= 1.0
+    assert value(after, PREFIX + "control_lag_seconds") >= 0.0
     assert 0.05 <= value(after, PREFIX + "cost_correction_ratio") <= 20.0
     assert value(after, PREFIX + "profile_info", profile="t4",
                  reason="model config parameter hardware_profile") == 1.0
@@ -100,6 +100,11 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
     assert delta(PREFIX + "sla_requests_total") == 120
     assert delta(PREFIX + "sla_requests_total", outcome="met") >= 100
     assert delta(PREFIX + "sla_requests_total", sla_class="le1000ms") == 0  # all 2000 ms
+    # Each success once in request_duration; each dispatched request once in queue_duration.
+    assert delta(PREFIX + "request_duration_seconds_count", sla_class="gt1000ms") == 120
+    assert delta(PREFIX + "queue_duration_seconds_count", sla_class="gt1000ms") == 120
+    assert 0.0 < delta(PREFIX + "queue_duration_seconds_sum") < delta(
+        PREFIX + "request_duration_seconds_sum")
     assert delta(PREFIX + "rejected_requests_total", reason="invalid_input") == 5
     assert delta(PREFIX + "rejected_requests_total", reason="deadline_infeasible") == 5
     for counter in COUNTERS:

@@ -20,8 +20,9 @@ def lag_page(age_ms, lag_ms, period_ms=100.0, met=0.0, missed=0.0, model=MODEL) 
     """The part of a metrics page analyze reads: three gauges and the SLA counters."""
     lab = f'model="{model}"'
     lines = []
-    for name, value in (("observation_age_ms", age_ms), ("control_lag_ms", lag_ms),
-                        ("control_period_ms", period_ms)):
+    for name, value in (("observation_age_seconds", age_ms / 1000.0),
+                        ("control_lag_seconds", lag_ms / 1000.0),
+                        ("control_period_seconds", period_ms / 1000.0)):
         lines += [f"# HELP {PREFIX}{name} {name}", f"# TYPE {PREFIX}{name} gauge",
                   f"{PREFIX}{name}{{{lab}}} {value}"]
     lines += [f"# HELP {PREFIX}sla_requests_total by class",

@@ -354,8 +354,9 @@ class FakeServer:
                 zone = 1.0 if server.current_params().get("control.enabled") != "false" else 0.0
                 self.series = Series([snap(t + 0.5 + i * 0.2, {
                     "queue_depth": depth, "utilization_ratio": util, "zone": zone,
-                    "window_ms": 5.0, "cost_correction_ratio": 1.0, "control_period_ms": 100.0,
-                    "observation_age_ms": 50.0, "control_lag_ms": 1.0},
+                    "window_seconds": 0.005, "cost_correction_ratio": 1.0,
+                    "control_period_seconds": 0.1, "observation_age_seconds": 0.05,
+                    "control_lag_seconds": 0.001},
                     sla={("le1000ms", "met"): 10.0 * i, ("le1000ms", "missed"): float(i)},
                     batch=(4.0 * i, 1.0 * i), taken_s=t + i * 0.2) for i in range(10)])
         return Sampler()

@@ -58,8 +58,8 @@ def steady_pages(n=11, met_per_page=10.0, missed_per_page=0.0, batch=4.0, window
     for i in range(n):
         answered = (met_per_page + missed_per_page) * i
         pages.append(render_page(
-            gauges={"window_ms": window_ms, "zone": (zones[i] if zones else 0),
-                    "cost_correction_ratio": cost, "control_period_ms": period},
+            gauges={"window_seconds": window_ms / 1000.0, "zone": (zones[i] if zones else 0),
+                    "cost_correction_ratio": cost, "control_period_seconds": period / 1000.0},
             sla={(sla_class, "met"): met_per_page * i, (sla_class, "missed"): missed_per_page * i},
             batch_sum=answered, batch_count=answered / batch, profile=profile))
     return pages
@@ -89,11 +89,11 @@ def check(tmp_path, now_pages, base_pages=None, extra=()):
 # -- parsing and summarising -------------------------------------------------------------
 
 def test_page_parses_into_a_snapshot():
-    page = render_page(gauges={"zone": 1, "window_ms": 7.5, "queue_depth": 3},
+    page = render_page(gauges={"zone": 1, "window_seconds": 0.0075, "queue_depth": 3},
                        sla={("le50ms", "met"): 8, ("le50ms", "missed"): 2}, batch_sum=10,
                        batch_count=4, profile="t4_calibrated")
     snap = live.parse_plugin_metrics(page, MODEL)
-    assert snap.zone == "no-mans-land" and snap.gauges["window_ms"] == 7.5
+    assert snap.zone == "no-mans-land" and snap.gauges["window_seconds"] == 0.0075
     assert snap.sla[("le50ms", "missed")] == 2 and snap.sla_total() == 10
     assert (snap.batch_size_sum, snap.batch_size_count) == (10, 4)
     assert snap.profile == "t4_calibrated"
