@@ -85,10 +85,17 @@ def parse_parameters(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+# Template parameters an export never keeps: the shipped emulated model pins profile t4
+# (right for the emulation; on a real GPU the NVML device name should choose), and a
+# profile_dir would point outside the exported folder (its profiles/ is the default).
+DROPPED_TEMPLATE_PARAMETERS = ("hardware_profile", "profile_dir")
+
+
 def render_config(template_text: str, template_name: str, name: str,
                   parameters: dict[str, str]) -> str:
     """The template's config.pbtxt renamed to ``name``, its own header comment replaced,
-    with ``parameters`` set (a template line for the same key is dropped, not duplicated)."""
+    with ``parameters`` set (a template line for the same key is dropped, not duplicated)
+    and ``DROPPED_TEMPLATE_PARAMETERS`` removed unless set."""
     lines = template_text.splitlines()
     while lines and lines[0].startswith("#"):
         lines.pop(0)  # the template's description, not true of the export
@@ -98,7 +105,8 @@ def render_config(template_text: str, template_name: str, name: str,
         if line.strip() == f'name: "{template_name}"':
             line, renamed = f'name: "{name}"', True
         match = _PARAMETER_LINE.match(line)
-        if match and match.group(1) in parameters:
+        if match and (match.group(1) in parameters
+                      or match.group(1) in DROPPED_TEMPLATE_PARAMETERS):
             continue
         body.append(line)
     if not renamed:
@@ -163,8 +171,6 @@ def export_model(inner_model: str, name: str, output_repository: str,
     params["inner_model"] = inner_model
     if hardware_profile:
         params["hardware_profile"] = hardware_profile
-    # Profiles live in this folder; a template's profile_dir would point elsewhere.
-    params.pop("profile_dir", None)
 
     repository = os.path.abspath(output_repository)
     dest = os.path.join(repository, name)
@@ -216,8 +222,8 @@ def export_model(inner_model: str, name: str, output_repository: str,
               help="Config and profiles to start from: emulated (GPU profiles t4, a100, "
                    "...; default profile t4) or minilm (default profile cpu).")
 @click.option("--hardware-profile", default=None,
-              help="Profile to pin (parameter hardware_profile); default: the template's "
-                   "choice, else the NVML device name at load.")
+              help="Profile to pin (parameter hardware_profile); default: chosen at load "
+                   "by the NVML device name, else t4 (emulated) or cpu (minilm).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Extra model config parameter, e.g. inner_model_check=off or "
                    "scheduler.max_batch_size=16 (repeatable).")

@@ -44,6 +44,12 @@ def test_export_writes_config_profiles_model_and_vendored_code(tmp_path):
     assert "1/model.py" in out.files and "config.pbtxt" in out.files
 
 
+def test_template_profile_pin_is_dropped_so_nvml_chooses(tmp_path):
+    export_model("enc", "e", str(tmp_path))
+    config = (tmp_path / "e" / "config.pbtxt").read_text()
+    assert "hardware_profile" not in config and 'string_value: "emulated" }' in config
+
+
 def test_minilm_template_keeps_its_executor_and_default_profile(tmp_path):
     export_model("minilm", "m_explicit", str(tmp_path), template="minilm")
     config = (tmp_path / "m_explicit" / "config.pbtxt").read_text()
