@@ -13,6 +13,11 @@ Cold start (default)
 ``--step``
     Walk alpha, then beta, in steps (one reload with ``scheduler.alpha``/``scheduler.beta``
     parameters and one perf_analyzer run per change) and report goodput and P99 per setting.
+    Each reload also sets ``control.infeasible_policy=serve_late`` (benchmark mode,
+    ``operator_tools.benchmark_mode``; ``--infeasible-policy as-configured`` leaves it):
+    perf_analyzer stops at the first refused request, so a step rate past the knee would
+    otherwise measure nothing. The cold-start sweep needs no such change: with
+    ``control.enabled=false`` the plugin refuses no request for its deadline.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError
 from scheduler_core.profile_files import load_profile
 
 from . import live
+from .benchmark_mode import RECIPE as BENCHMARK_MODE, SERVED_LATE_NOTE
 from .live import LoadRefused, LoadRun, PluginSnapshot, Series
 from .measure import default_metrics_url
 from .perf_analyzer import failure_reason, load_sweep
@@ -609,6 +615,11 @@ def _resolve_sla_scale(text: str, time_scale: float) -> float:
               help="Step of alpha and beta (0.1: the design's 10% steps).")
 @click.option("--max-steps", type=click.IntRange(1, 1000), default=None,
               help="At most this many --step runs (settings).")
+@click.option("--infeasible-policy", type=click.Choice(["serve_late", "as-configured"]),
+              default="serve_late", show_default=True,
+              help="--step runs: serve_late reloads each setting with control.infeasible_policy="
+                   "serve_late (perf_analyzer stops at the first refused request); "
+                   "as-configured leaves the model's policy.")
 @click.pass_context
 def command(ctx: click.Context, **opts) -> None:
     """Cold-start calibration (explicit control off, request-rate sweep, zone boundaries,
@@ -937,7 +948,7 @@ def _step(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None:
     results, best = _step_walk(deps, opts, metrics_url, settings, control, original, rate,
                                alphas, betas, budget, sla_scale)
     lines = _step_report(ctx, model, rate, settings, sla_scale, results, best,
-                         len(alphas) + len(betas) - 1, budget)
+                         len(alphas) + len(betas) - 1, budget, _step_policy(opts))
     click.echo("\n".join(lines))
 
 
@@ -954,7 +965,8 @@ def _step_walk(deps: CalibrateDeps, opts, metrics_url: str, settings, control, o
     def run(alpha: float, beta: float) -> StepResult:
         result = StepResult(alpha, beta)
         control.load(live.with_parameters(original, {"scheduler.alpha": f"{alpha:g}",
-                                                     "scheduler.beta": f"{beta:g}"}))
+                                                     "scheduler.beta": f"{beta:g}",
+                                                     **_step_policy(opts)}))
         changed.append(True)
         point, load, _ = _measure(deps, url, model, metrics_url, input_data, rate, settings,
                                   opts["protocol"])
@@ -998,15 +1010,25 @@ def _step_walk(deps: CalibrateDeps, opts, metrics_url: str, settings, control, o
     return results, best
 
 
+def _step_policy(opts) -> dict[str, str]:
+    """The benchmark-mode parameter each --step reload adds (none when as-configured)."""
+    return dict(BENCHMARK_MODE) if opts.get("infeasible_policy", "serve_late") == "serve_late" \
+        else {}
+
+
 def _step_report(ctx, model: str, rate: float, settings, sla_scale: float,
                  results: Sequence[StepResult], best: StepResult | None, full_walk: int,
-                 budget: int) -> list[str]:
+                 budget: int, policy: Mapping[str, str] | None = None) -> list[str]:
     """The --step report: how each setting was run, one row per setting, the best."""
     lines = ["```", f"$ {_command_line(ctx)}", "```", "",
              f"--step on `{model}` at {rate:g} req/s offered ({settings['distribution']} "
              f"arrivals, SLAs x{sla_scale:g}), one perf_analyzer run ({settings['max_trials']} x "
              f"{settings['measurement_ms']} ms) per setting, each applied by reloading the model "
-             "with parameters scheduler.alpha / scheduler.beta; original config restored after.",
+             "with parameters scheduler.alpha / scheduler.beta"
+             + (f" and {', '.join(f'{k}={v}' for k, v in policy.items())} (benchmark mode: "
+                f"{SERVED_LATE_NOTE}; goodput counts met SLAs only)" if policy else
+                " (infeasible_policy as configured: a refused request ends its run)")
+             + "; original config restored after.",
              "", "| alpha | beta | goodput (req/s) | P99 (ms) | throughput (req/s) |",
              "|---:|---:|---:|---:|---:|"]
     for r in results:

@@ -29,9 +29,14 @@ Why perf_analyzer's profile export (``--profile-export-file``) for per-request d
     (it answers from its own thread after ``execute()`` returned).
 
     The cost: perf_analyzer stops a run at the first failed request and then writes no
-    export. An explicit model that sheds infeasible requests (``UNAVAILABLE``) under
-    overload therefore ends its segment; compare says so, keeps the other segments, and
-    exits 1. Lower ``--rate`` to stay where every request is answered.
+    export. An explicit model that sheds infeasible requests (``UNAVAILABLE``, its default
+    ``control.infeasible_policy: reject``) under overload would end its segment there. So
+    compare runs the explicit model in benchmark mode (``operator_tools.benchmark_mode``):
+    reloaded with ``control.infeasible_policy=serve_late`` for the run and its original
+    config loaded back after; such requests are served late and count as missed SLAs, and
+    the report says so. ``--infeasible-policy as-configured`` keeps the model as it is; a
+    server that cannot reload models (not ``--model-control-mode=explicit``) measures it as
+    configured, and a segment that still fails is reported and makes compare exit 1.
 
 Utilisation fluctuation from the server's metrics
     A scraper thread reads Triton's metrics port every second (``--scrape-period-s``).
@@ -61,6 +66,7 @@ speed and multiplied by that time scale, like the device's cost.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -80,8 +86,10 @@ from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.simulator import capacity_rps, device_ms
 from scheduler_core.stats import percentile
 
+from . import live
 from . import perf_analyzer as pa
 from . import report
+from .benchmark_mode import benchmark_mode
 from .measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, busy_series, counter_busy,
                       default_metrics_url, get_json, inside, model_sampler, padding_waste)
 from .records import RequestRecord
@@ -361,10 +369,15 @@ def write_requests_csv(path: str, segments: Sequence[Segment], t0_ns: int) -> No
               help="pause between segments (the server settles)")
 @click.option("--scrape-period-s", type=float, default=1.0, show_default=True)
 @click.option("--note", help="a line of free text for the report (e.g. how the server was started)")
+@click.option("--infeasible-policy", type=click.Choice(["serve_late", "as-configured"]),
+              default="serve_late", show_default=True,
+              help="serve_late: reload the explicit model with control.infeasible_policy="
+                   "serve_late for the run (perf_analyzer stops at the first refused request), "
+                   "original config restored after; as-configured: leave it as it is")
 def command(url, metrics_url, model_base, explicit_model, native_model, workload_path,
             arrival, rate, duration_s, segments, seed, lengths, sla_classes,
             request_intervals, input_data, out_dir, name, keep_data, gap_s, scrape_period_s,
-            note) -> None:
+            note, infeasible_policy) -> None:
     """Explicit vs native on a live server: the same trace, alternating segments."""
     ctx = click.get_current_context()
     check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
@@ -388,9 +401,11 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
         intervals, data_sla, data_plain, table = write_inputs(workdir, offsets_ms, entries)
         n = len(offsets_ms)
         trace_s = offsets_ms[-1] / 1000.0
-        runs, scraper = run_segments(url, metrics_url, http, (explicit_model, native_model),
-                                     segments, workdir, intervals, (data_sla, data_plain),
-                                     offsets_ms, table, gap_s, scrape_period_s)
+        with _explicit_policy(url, explicit_model, infeasible_policy) as mode:
+            runs, scraper = run_segments(url, metrics_url, http, (explicit_model, native_model),
+                                         segments, workdir, intervals, (data_sla, data_plain),
+                                         offsets_ms, table, gap_s, scrape_period_s)
+        note = "\n\n".join(line for line in (note, _policy_line(mode, explicit_model)) if line)
         samples = scraper.samples
 
         summaries, series, latencies = summarise_models(runs, samples, explicit_model,
@@ -429,6 +444,30 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
 
 
 # -- the command's steps ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _explicit_policy(url: str, model: str, policy: str):
+    """The explicit model in benchmark mode for the block (``policy`` serve_late), or as
+    configured (yields None)."""
+    if policy != "serve_late":
+        yield None
+        return
+    control = live.ModelControl(url.split("://", 1)[-1], model)
+    try:
+        with benchmark_mode(control, warn=lambda line: click.echo(line, err=True)) as mode:
+            yield mode
+    finally:
+        control.close()
+
+
+def _policy_line(mode, model: str) -> str:
+    """The report's sentence on how the explicit model treated infeasible requests."""
+    if mode is None:
+        return (f"`{model}` ran as configured (`--infeasible-policy as-configured`): a request "
+                "it refuses as deadline-infeasible ends its segment (perf_analyzer stops at the "
+                "first error).")
+    return f"`{model}`: {mode.text}" + (f"; {mode.restored}" if mode.restored else "") + "."
+
 
 def _make_workdir(out_dir: str, name: str, keep_data: bool) -> str:
     """The folder for the trace, the inputs and the exports: ``<out>/<name>_data`` when
@@ -643,7 +682,9 @@ def run_warnings(runs: Sequence[Segment], scraper) -> list[str]:
         if not s.ok:
             warnings.append(f"segment {s.index + 1} ({s.model}) produced no data: "
                             f"{s.run.error}. perf_analyzer stops a run at the first error "
-                            f"response; lower --rate to stay where every request is answered")
+                            f"response: run the explicit model with --infeasible-policy "
+                            f"serve_late on a server in explicit model-control mode, or lower "
+                            f"--rate to stay where every request is answered")
     return warnings
 
 

@@ -483,3 +483,23 @@ def test_sweep_needs_rates_and_out(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--rates" in result.output
     result = CliRunner().invoke(cal.command, ["--url", "h:1", "--rates", "10"], obj=server.deps())
     assert result.exit_code == 2 and "--out" in result.output
+
+
+def test_step_reloads_each_setting_in_benchmark_mode_and_says_so():
+    server = FakeServer()
+    result = invoke(server, ["--url", "localhost:8000", "--step", "--step-rate", "30",
+                             "--max-steps", "2"])
+    assert result.exit_code == 0, result.output
+    stepped = [c["parameters"] for c in server.loads if "scheduler.alpha" in c["parameters"]]
+    assert all(p["control.infeasible_policy"] == {"string_value": "serve_late"} for p in stepped)
+    assert server.loads[-1] == FakeServer.CONFIG  # restored: no serve_late left behind
+    assert "control.infeasible_policy=serve_late (benchmark mode" in result.output
+
+
+def test_step_as_configured_leaves_the_policy():
+    server = FakeServer()
+    result = invoke(server, ["--url", "localhost:8000", "--step", "--step-rate", "30",
+                             "--max-steps", "1", "--infeasible-policy", "as-configured"])
+    assert result.exit_code == 0, result.output
+    assert all("control.infeasible_policy" not in c["parameters"] for c in server.loads)
+    assert "a refused request ends its run" in result.output

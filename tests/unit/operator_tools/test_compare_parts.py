@@ -41,3 +41,19 @@ def test_live_table_has_lost_and_send_lag_columns():
 
 def test_a_summary_of_no_requests_has_no_busy_fraction():
     assert math.isnan(report.summarise_requests("n", [], [], 0.0, []).mean_busy_fraction)
+
+
+def test_explicit_model_runs_in_benchmark_mode_and_the_report_says_so(monkeypatch):
+    from tests.unit.operator_tools.test_benchmark_mode import CONFIG, FakeControl
+
+    control = FakeControl()
+    monkeypatch.setattr(C.live, "ModelControl", lambda url, model: control)
+    with C._explicit_policy("http://localhost:8000", "emulated_explicit", "serve_late") as mode:
+        assert control.loads[-1]["parameters"]["control.infeasible_policy"] == {
+            "string_value": "serve_late"}
+    assert control.loads[-1] == CONFIG and control.closed
+    line = C._policy_line(mode, "emulated_explicit")
+    assert "serve_late" in line and "count as missed" in line and "loaded back" in line
+    with C._explicit_policy("localhost:8000", "emulated_explicit", "as-configured") as mode:
+        assert mode is None
+    assert "as configured" in C._policy_line(None, "emulated_explicit")

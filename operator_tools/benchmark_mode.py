@@ -1,0 +1,140 @@
+"""Benchmark mode: the load-test recipe for driving an explicit model past capacity with
+perf_analyzer.
+
+By design the plugin refuses a request whose deadline it can no longer meet: it answers
+``UNAVAILABLE`` ("deadline infeasible") at the next scheduling step (profile key
+``control.infeasible_policy: reject``, the default). perf_analyzer 2.51 has no option to go
+on after an error response: it stops at the first one and exits 99, so past the knee it
+measures nothing. Benchmark mode reloads the model through Triton's model-load API with the
+model-config parameter ``control.infeasible_policy=serve_late``: such a request is served
+after the feasible work instead (late, so it counts as a missed SLA), and every request gets
+a response. The original config is loaded back afterwards.
+
+Two more limits apply to any run past capacity: the queue grows by (offered - capacity)
+requests per second and a request beyond ``scheduler.max_queue_size`` (4096 by default) is
+still refused (``queue full``), so keep the run bounded (``--max-trials``,
+``--measurement-interval``, ``--stability-percentage 1000``: an overloaded rate never
+stabilises) or raise that key too.
+
+From a shell (the server needs ``--model-control-mode=explicit``, which ``make serve`` uses)::
+
+    .venv/bin/python -m operator_tools.benchmark_mode --url localhost:8000 --model emulated_explicit on
+    scripts/perf_analyzer -m emulated_explicit -u localhost:8000 --async --request-rate-range 286 \\
+        --measurement-interval 3000 --max-trials 3 --stability-percentage 1000 \\
+        --input-data perf_analyzer_configs/mixed_sla.json
+    .venv/bin/python -m operator_tools.benchmark_mode --url localhost:8000 --model emulated_explicit off
+
+A server that cannot reload models takes the line
+``parameters { key: "control.infeasible_policy" value: { string_value: "serve_late" } }``
+appended to the model's ``config.pbtxt`` instead (then restart it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from . import live
+from .live import LoadRefused
+
+POLICY_KEY = "control.infeasible_policy"
+SERVE_LATE = "serve_late"
+RECIPE = {POLICY_KEY: SERVE_LATE}
+# What the report says about the requests the model would have refused.
+SERVED_LATE_NOTE = ("requests the plugin would refuse as deadline-infeasible (UNAVAILABLE) "
+                    "were served late instead and count as missed SLAs")
+
+
+def benchmark_config(config: Mapping[str, Any]) -> dict | None:
+    """``config`` (Triton's JSON form) with ``control.infeasible_policy=serve_late``, or None
+    when it already serves late."""
+    if live.parameter(config, POLICY_KEY) == SERVE_LATE:
+        return None
+    return live.with_parameters(config, RECIPE)
+
+
+@dataclass
+class BenchmarkMode:
+    """What happened to the model: ``applied`` when it was reloaded with serve_late,
+    ``text`` a sentence for a report, ``restored`` what was done at the end."""
+
+    applied: bool
+    serves_late: bool
+    text: str
+    restored: str = ""
+
+
+@contextmanager
+def benchmark_mode(control, original: Mapping[str, Any] | None = None,
+                   warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
+                   ) -> Iterator[BenchmarkMode]:
+    """Run the block with the model in benchmark mode (``control``: a ``live.ModelControl``;
+    ``original``: its current config, read when not given), its original config loaded back
+    afterwards. A server that refuses the reload (not in explicit model-control mode) runs
+    the block as configured, and ``text`` says so."""
+    original = control.config() if original is None else original
+    changed = benchmark_config(original)
+    if changed is None:
+        yield BenchmarkMode(False, True, f"the model already runs with {POLICY_KEY}="
+                                         f"{SERVE_LATE}: {SERVED_LATE_NOTE}")
+        return
+    try:
+        control.load(changed)
+    except LoadRefused as exc:
+        line = (f"the server refused to reload the model with {POLICY_KEY}={SERVE_LATE} "
+                f"({exc}); measured as configured, so perf_analyzer stops at the first "
+                "refused request (start the server with --model-control-mode=explicit, or "
+                f"set the model-config parameter {POLICY_KEY}={SERVE_LATE} in its config.pbtxt)")
+        warn(f"warning: {line}")
+        yield BenchmarkMode(False, False, line)
+        return
+    mode = BenchmarkMode(True, True, f"benchmark mode: the model was reloaded with "
+                                     f"{POLICY_KEY}={SERVE_LATE} for the run; {SERVED_LATE_NOTE}")
+    try:
+        yield mode
+    finally:
+        try:
+            control.load(original)
+            mode.restored = "its original config was loaded back after the run"
+        except LoadRefused as exc:
+            mode.restored = (f"RESTORING THE ORIGINAL CONFIG FAILED ({exc}): the model still "
+                             f"runs with {POLICY_KEY}={SERVE_LATE}")
+            warn(f"error: {mode.restored}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``on``: reload the model with serve_late; ``off``: reload it without the parameter
+    (the profile's policy applies again)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m operator_tools.benchmark_mode",
+        description="Switch an explicit model's benchmark mode (control.infeasible_policy="
+                    "serve_late) on or off through Triton's model-load API.")
+    parser.add_argument("--url", default="localhost:8000", help="HTTP host:port of the server")
+    parser.add_argument("--model", default="emulated_explicit")
+    parser.add_argument("state", choices=("on", "off"))
+    args = parser.parse_args(argv)
+    control = live.ModelControl(args.url, args.model)
+    try:
+        config = control.config()
+        target = (benchmark_config(config) if args.state == "on"
+                  else live.with_parameters(config, {POLICY_KEY: None}))
+        if target is None or (args.state == "off" and live.parameter(config, POLICY_KEY) is None):
+            print(f"{args.model}: benchmark mode already {args.state}")
+            return 0
+        control.load(target)
+    except LoadRefused as exc:
+        print(f"{args.model}: the server refused the reload ({exc}); it needs "
+              "--model-control-mode=explicit", file=sys.stderr)
+        return 1
+    finally:
+        control.close()
+    print(f"{args.model}: reloaded with {POLICY_KEY}="
+          f"{SERVE_LATE if args.state == 'on' else '(profile default)'}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - command line
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Benchmark mode: the explicit model reloaded with control.infeasible_policy=serve_late for a
+load test past capacity, its original config loaded back after (fake model control)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operator_tools import benchmark_mode as bm
+from operator_tools.live import LoadRefused
+
+CONFIG = {"name": "emulated_explicit", "parameters": {
+    "executor": {"string_value": "emulated"}, "time_scale": {"string_value": "10"}}}
+
+
+class FakeControl:
+    def __init__(self, config=CONFIG, refuse=(), closed=None):
+        self._config = json.loads(json.dumps(config))
+        self.loads: list[dict] = []
+        self.refuse = set(refuse)  # load numbers (1-based) the server refuses
+        self.closed = False
+
+    def config(self):
+        return json.loads(json.dumps(self._config))
+
+    def load(self, config):
+        if len(self.loads) + 1 in self.refuse:
+            self.loads.append(None)
+            raise LoadRefused("[400] explicit model load / unload is not allowed")
+        self.loads.append(config)
+
+    def close(self):
+        self.closed = True
+
+
+def test_benchmark_config_adds_serve_late_and_keeps_the_rest():
+    changed = bm.benchmark_config(CONFIG)
+    assert changed["parameters"]["control.infeasible_policy"] == {"string_value": "serve_late"}
+    assert changed["parameters"]["time_scale"] == {"string_value": "10"}
+    assert "control.infeasible_policy" not in CONFIG["parameters"]  # a copy
+    assert bm.benchmark_config(changed) is None  # already serves late
+
+
+def test_reloads_with_serve_late_and_restores_the_original():
+    control = FakeControl()
+    with bm.benchmark_mode(control) as mode:
+        assert control.loads[-1]["parameters"]["control.infeasible_policy"]["string_value"] \
+            == "serve_late"
+        assert mode.applied and mode.serves_late
+    assert control.loads[-1] == CONFIG and len(control.loads) == 2
+    assert "served late" in mode.text and "loaded back" in mode.restored
+
+
+def test_restores_even_when_the_run_fails():
+    control = FakeControl()
+    with pytest.raises(RuntimeError):
+        with bm.benchmark_mode(control):
+            raise RuntimeError("perf_analyzer crashed")
+    assert control.loads[-1] == CONFIG
+
+
+def test_a_refused_reload_runs_as_configured_and_says_so():
+    control, warnings = FakeControl(refuse={1}), []
+    with bm.benchmark_mode(control, warn=warnings.append) as mode:
+        assert not mode.applied and not mode.serves_late
+    assert len(control.loads) == 1  # nothing to restore
+    assert "--model-control-mode=explicit" in mode.text and warnings
+
+
+def test_a_model_already_serving_late_is_not_reloaded():
+    control = FakeControl(bm.benchmark_config(CONFIG))
+    with bm.benchmark_mode(control) as mode:
+        assert mode.serves_late and not mode.applied
+    assert control.loads == []
+
+
+def test_a_failed_restore_is_reported():
+    control, warnings = FakeControl(refuse={2}), []
+    with bm.benchmark_mode(control, warn=warnings.append) as mode:
+        pass
+    assert "RESTORING THE ORIGINAL CONFIG FAILED" in mode.restored and warnings
+
+
+def test_command_line_switches_on_and_off(monkeypatch, capsys):
+    control = FakeControl()
+    monkeypatch.setattr(bm.live, "ModelControl", lambda url, model: control)
+    assert bm.main(["--url", "localhost:1", "--model", "m", "on"]) == 0
+    assert control.loads[-1]["parameters"]["control.infeasible_policy"]["string_value"] \
+        == "serve_late"
+    control._config = control.loads[-1]
+    assert bm.main(["--url", "localhost:1", "--model", "m", "off"]) == 0
+    assert "control.infeasible_policy" not in control.loads[-1]["parameters"]
+    assert control.closed
+    control._config = control.loads[-1]
+    assert bm.main(["off"]) == 0 and "already off" in capsys.readouterr().out
+    refusing = FakeControl(refuse={1})
+    monkeypatch.setattr(bm.live, "ModelControl", lambda url, model: refusing)
+    assert bm.main(["on"]) == 1
