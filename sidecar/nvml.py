@@ -22,16 +22,26 @@ class NvmlUnavailable(RuntimeError):
 
 
 class NvmlReader:
-    """Reads one device. ``open()`` raises ``NvmlUnavailable`` where NVML is absent;
-    ``read()`` may raise (the driver can fail mid-run), and the caller retries."""
+    """Reads one device: NVML index ``device_index`` (the model instance's GPU, see
+    ``triton_backend.placement``; None for an instance that runs on the CPU, whose
+    ``open()`` then always raises ``NvmlUnavailable``). ``open()`` raises
+    ``NvmlUnavailable`` where NVML is absent; ``read()`` may raise (the driver can fail
+    mid-run), and the caller retries."""
 
-    def __init__(self, device_index: int = 0):
+    def __init__(self, device_index: int | None = 0):
+        if device_index is not None and (isinstance(device_index, bool)
+                                         or not isinstance(device_index, int)
+                                         or device_index < 0):
+            raise ValueError(f"NVML device_index must be an integer >= 0 or None, "
+                             f"got {device_index!r}")
         self.device_index = device_index
         self._nvml = None
         self._handle = None
         self.device_name = ""
 
     def open(self) -> str:
+        if self.device_index is None:
+            raise NvmlUnavailable("NVML not read: this model instance has no GPU")
         try:
             import pynvml
         except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
@@ -75,9 +85,12 @@ class NvmlReader:
             self._nvml = self._handle = None
 
 
-def detect_device_name() -> str | None:
-    """The first GPU's NVML name, or None where there is no NVML (used to pick a profile)."""
-    reader = NvmlReader()
+def detect_device_name(index: int | None = 0) -> str | None:
+    """The NVML name of GPU ``index`` (the model instance's GPU), or None where there is no
+    NVML or ``index`` is None (used to pick a profile)."""
+    if index is None:
+        return None
+    reader = NvmlReader(index)
     try:
         return reader.open()
     except NvmlUnavailable:

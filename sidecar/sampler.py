@@ -62,12 +62,17 @@ class Sidecar:
 
     ``timeout_s`` is the deadline of one whole scrape (connect, headers and body): a page
     that has not all arrived by then is a failed scrape. A poll stuck past its deadline
-    anyway (a name lookup, the NVML driver) shows in ``latest()``: see ``stuck_after_s``."""
+    anyway (a name lookup, the NVML driver) shows in ``latest()``: see ``stuck_after_s``.
+
+    ``nvml_index`` is the GPU NVML reads (the model instance's, see
+    ``triton_backend.placement``); None reads no NVML (an instance on the CPU). A reader
+    passed as ``nvml`` (tests) replaces it."""
 
     def __init__(self, metrics_url: str | None, period_s: float = 0.2, timeout_s: float = 0.5,
                  nvml: NvmlReader | None = None, clock: Callable[[], float] = time.monotonic,
                  fetch: Callable[[str, float], str] = fetch_url,
-                 log: Callable[[str], None] = print, max_backoff_s: float = 2.0):
+                 log: Callable[[str], None] = print, max_backoff_s: float = 2.0,
+                 nvml_index: int | None = 0):
         if period_s <= 0 or timeout_s <= 0:
             raise ValueError(f"period_s and timeout_s must be positive "
                              f"(got {period_s!r}, {timeout_s!r})")
@@ -76,7 +81,7 @@ class Sidecar:
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
         self._clock, self._fetch, self._log = clock, fetch, log
-        self._nvml = nvml if nvml is not None else NvmlReader()
+        self._nvml = nvml if nvml is not None else NvmlReader(nvml_index)
         self._nvml_open = False
         self._nvml_said_absent = False
         self._nvml_failures = 0
@@ -170,7 +175,8 @@ class Sidecar:
             try:
                 name = self._nvml.open()
                 self._nvml_open = True
-                self._log(f"sidecar: NVML device 0 is '{name}'")
+                index = getattr(self._nvml, "device_index", "?")
+                self._log(f"sidecar: NVML device {index} is '{name}'")
             except NvmlUnavailable as exc:
                 if not self._nvml_said_absent:
                     self._nvml_said_absent = True

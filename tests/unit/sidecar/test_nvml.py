@@ -155,3 +155,35 @@ def test_detect_device_name_with_nvml_opens_and_shuts_down(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", mod)
     assert detect_device_name() == "NVIDIA L4"
     assert mod.calls[-1] == "shutdown"
+
+
+# -- which GPU: the model instance's, not always device 0 ------------------------------------------
+
+def test_detect_device_name_reads_the_given_index(monkeypatch):
+    mod = fake_pynvml(name=b"NVIDIA L40S")
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    assert detect_device_name(3) == "NVIDIA L40S"
+    assert ("handle", 3) in mod.calls
+
+
+def test_detect_device_name_without_a_gpu_index_never_touches_nvml(monkeypatch):
+    mod = fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    assert detect_device_name(None) is None
+    assert mod.calls == []
+
+
+def test_reader_without_an_index_is_unavailable_without_touching_nvml(monkeypatch):
+    mod = fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    reader = NvmlReader(device_index=None)
+    with pytest.raises(NvmlUnavailable, match="no GPU"):
+        reader.open()
+    reader.close()
+    assert mod.calls == []
+
+
+@pytest.mark.parametrize("index", [-1, 1.0, "0", True])
+def test_reader_refuses_a_bad_index(index):
+    with pytest.raises(ValueError, match=f"device_index.*{index!r}"):
+        NvmlReader(device_index=index)

@@ -365,3 +365,34 @@ def test_failing_fetch_in_the_thread_keeps_producing_samples(absent_nvml):
     assert [x.health for x in received[:4]] == [HEALTH_DEGRADED, HEALTH_DEGRADED,
                                                 HEALTH_DOWN, HEALTH_DOWN]
     assert "ConnectionRefusedError" in received[0].error
+
+
+# -- which GPU NVML reads ---------------------------------------------------------------------
+
+def test_sidecar_reads_the_nvml_index_it_is_given(monkeypatch, clock):
+    from sidecar import sampler
+
+    made = []
+
+    class RecordingReader(sampler.NvmlReader):
+        def __init__(self, device_index=0):
+            super().__init__(device_index)
+            made.append(device_index)
+
+        def open(self):
+            return "Fake L4"
+
+    monkeypatch.setattr(sampler, "NvmlReader", RecordingReader)
+    logs = []
+    Sidecar(None, nvml_index=2, clock=clock, log=logs.append).poll_once()
+    assert made == [2]
+    assert "sidecar: NVML device 2 is 'Fake L4'" in logs
+
+
+def test_sidecar_without_an_nvml_index_reads_no_nvml_and_stays_healthy(clock):
+    logs = []
+    s = Sidecar(None, nvml_index=None, clock=clock, log=logs.append)
+    samples = [s.poll_once() for _ in range(3)]
+    assert all(x.health == HEALTH_OK and x.nvml_available is False and x.utilization is None
+               for x in samples)
+    assert len([line for line in logs if "no GPU" in line]) == 1  # said once, not per poll
