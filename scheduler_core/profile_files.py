@@ -103,11 +103,14 @@ def load_profile_dir(profile_dir: str, allowed_roots: Iterable[str] | None = Non
 
 def select_profile(profiles: Mapping[str, HardwareProfile], device_name: str | None,
                    config_choice: str = "", env_choice: str = "",
-                   default: str = "cpu") -> tuple[str, str]:
+                   default: str = "cpu", gpu_fallback: str = "gpu") -> tuple[str, str]:
     """Pick a profile: the environment variable, then the model config parameter, then the
     NVML device name (first profile whose ``device_match`` substring it contains, the
-    longest match winning: "H100" must not take an "H100 NVL" board's own profile), then
-    ``default``. Returns (name, why) - the why is logged and exported as a label."""
+    longest match winning: "H100" must not take an "H100 NVL" board's own profile). A GPU
+    that NVML names but no profile matches (an L4, an A10G) gets ``gpu_fallback`` where the
+    folder has it - a GPU cost model, not the CPU's - else ``default``; with no NVML device,
+    ``default``. Returns (name, why) - the why is logged and exported as a label, and names
+    an unmatched device so the operator can calibrate a profile for it."""
     for choice, why in ((env_choice, "environment variable"),
                         (config_choice, "model config parameter hardware_profile")):
         if choice:
@@ -123,6 +126,9 @@ def select_profile(profiles: Mapping[str, HardwareProfile], device_name: str | N
                     best, best_len = name, len(pattern)
         if best is not None:
             return best, f"NVML device '{device_name}'"
+        if gpu_fallback and gpu_fallback in profiles:
+            return gpu_fallback, (f"no profile matches NVML device '{device_name}': "
+                                  f"generic {gpu_fallback} profile")
     if default not in profiles:
         raise ProfileError(f"no profile matches device {device_name!r} and the default "
                            f"{default!r} is not one of {sorted(profiles)}")

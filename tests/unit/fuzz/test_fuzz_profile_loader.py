@@ -657,8 +657,9 @@ def test_select_profile_returns_a_known_profile_or_raises(device, config_choice,
             best = max(length for length, _ in matches)
             assert any(m.lower() in device.lower() and len(m) == best
                        for m in SHIPPED[name].device_match)
-        else:
-            assert name == default
+        else:  # an unmatched GPU: the generic GPU profile, not the CPU default
+            assert name == ("gpu" if "gpu" in SHIPPED else default)
+            assert f"NVML device '{device}'" in why
     else:
         assert name == default
 

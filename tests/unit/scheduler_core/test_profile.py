@@ -347,7 +347,8 @@ MINILM_DIR = os.path.join(REPO_ROOT, "model_repository", "minilm_explicit", "pro
 def test_each_model_ships_every_hardware_class(folder):
     from scheduler_core.profile_files import load_profile_dir
 
-    assert set(load_profile_dir(folder)) == {"cpu", "t4", "a100", "h100", "h200", "cdna", "gaudi"}
+    assert set(load_profile_dir(folder)) == {"cpu", "gpu", "t4", "a100", "h100", "h200", "cdna",
+                                             "gaudi"}
 
 
 @pytest.mark.parametrize("device,expected", [
@@ -371,7 +372,53 @@ def test_profile_selection_order_env_then_config_then_device_then_default():
         "a100", "model config parameter hardware_profile")
     assert select_profile(profiles, None) == ("cpu", "no NVML device: default")
     assert select_profile(profiles, "NVIDIA GeForce RTX 4090") == (
-        "cpu", "no profile matches NVML device 'NVIDIA GeForce RTX 4090': default")
+        "gpu", "no profile matches NVML device 'NVIDIA GeForce RTX 4090': generic gpu profile")
+
+
+@pytest.mark.parametrize("folder", [EMULATED_DIR, MINILM_DIR])
+@pytest.mark.parametrize("device", ["NVIDIA L4", "NVIDIA A10G", "NVIDIA L40S"])
+def test_unmatched_gpu_gets_the_generic_gpu_profile_and_a_why_naming_it(folder, device):
+    from scheduler_core.profile_files import load_profile_dir, select_profile
+
+    profiles = load_profile_dir(folder)
+    assert select_profile(profiles, device) == (
+        "gpu", f"no profile matches NVML device '{device}': generic gpu profile")
+    # the model's default only applies where there is no GPU at all
+    assert select_profile(profiles, device, default="t4")[0] == "gpu"
+    assert select_profile(profiles, None, default="t4") == ("t4", "no NVML device: default")
+    assert select_profile(profiles, "", default="cpu") == ("cpu", "no NVML device: default")
+
+
+def test_unmatched_gpu_without_a_gpu_profile_falls_back_to_the_default(tmp_path):
+    from scheduler_core.profile_files import load_profile_dir, select_profile
+
+    for name in ("cpu", "t4"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\n")
+    profiles = load_profile_dir(str(tmp_path))
+    assert select_profile(profiles, "NVIDIA L4") == (
+        "cpu", "no profile matches NVML device 'NVIDIA L4': default")
+    assert select_profile(profiles, "NVIDIA L4", gpu_fallback="t4")[0] == "t4"
+    assert select_profile(profiles, "NVIDIA L4", gpu_fallback="")[0] == "cpu"
+
+
+@pytest.mark.parametrize("folder", [EMULATED_DIR, MINILM_DIR])
+def test_generic_gpu_profile_matches_no_device_and_says_it_is_a_fallback(folder):
+    from scheduler_core.profile_files import load_profile_dir
+
+    gpu = load_profile_dir(folder)["gpu"]
+    assert gpu.device_match == ()
+    assert "fallback" in gpu.description and "explicit-batching calibrate" in gpu.description
+
+
+@pytest.mark.parametrize("folder", [EMULATED_DIR, MINILM_DIR])
+@pytest.mark.parametrize("name", ["cdna", "gaudi"])
+def test_amd_and_gaudi_profiles_say_how_they_are_selected(folder, name):
+    from scheduler_core.profile_files import load_profile_dir
+
+    description = load_profile_dir(folder)[name].description
+    assert "NVML does not see" in description
+    assert f"hardware_profile={name}" in description
+    assert f"EXPLICIT_BATCHING_PROFILE={name}" in description
 
 
 def test_longest_device_match_wins(tmp_path):
