@@ -30,7 +30,7 @@ class DecodedRequest:
     sla_ms: float | None  # None = use the profile's default
 
 
-def _sla_value(value: Any, where: str) -> float:
+def sla_value(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise RequestError(f"{where} must be a number of milliseconds, got {short_repr(value)}")
     try:
@@ -111,9 +111,9 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
             raise RequestError(f"SLA_MS must hold one value, got shape {list(sla_input.shape)}")
         if sla_input.dtype.kind not in "fiu":
             raise RequestError(f"SLA_MS must be FP32, got {sla_input.dtype}")
-        sla_ms = _sla_value(sla_input.reshape(-1)[0].item(), "SLA_MS")
+        sla_ms = sla_value(sla_input.reshape(-1)[0].item(), "SLA_MS")
     if "sla_ms" in parameters:
-        param = _sla_value(parameters["sla_ms"], "parameter sla_ms")
+        param = sla_value(parameters["sla_ms"], "parameter sla_ms")
         if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):
             raise RequestError(
                 f"SLA_MS input ({sla_ms:g}) and parameter sla_ms ({param:g}) disagree; send one")

@@ -40,6 +40,8 @@ from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
 
 from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
+from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
+                              check_inner_config, decode_generic, split_outputs)
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
 from .request_decoding import RequestError, decode_padded_batch, decode_request
@@ -76,6 +78,15 @@ def _int_parameter(params: dict[str, str], key: str, default: int, model: str) -
         raise pb_utils.TritonModelException(
             f"model '{model}': parameter '{key}' must be >= 0, got {value}")
     return value
+
+
+def _request_parameters(request) -> dict:
+    """The request's parameters (``sla_ms`` ...); {} when none or unreadable."""
+    text = request.parameters()
+    try:
+        return json.loads(text) if text and text != "{}" else {}
+    except ValueError:
+        return {}
 
 
 def _timeout_us(request) -> int:
@@ -316,6 +327,66 @@ class _HeldCall:
         self._done.wait()
 
 
+class GenericBLSExecutor:
+    """Runs a batch on another Triton model through BLS under any tensor contract
+    (``tensor_contract``): sequences padded, other inputs concatenated, the outputs split
+    back into one set per request."""
+
+    def __init__(self, model_name: str, contract: Contract):
+        self.model_name = model_name
+        self.contract = contract
+
+    def run(self, requests: Sequence[GenericRequest]) -> list[dict[str, np.ndarray]]:
+        inputs = batch_inputs(self.contract, requests)
+        request = pb_utils.InferenceRequest(
+            model_name=self.model_name,
+            inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
+            requested_output_names=self.contract.output_names)
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"BLS call to '{self.model_name}' failed: "
+                               f"{response.error().message()}")
+        outputs = {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy()
+                   for name in self.contract.output_names}
+        return split_outputs(outputs, len(requests))
+
+
+def _outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
+
+
+def _inner_contract(args: dict, config: dict, params: dict[str, str], inner: str) -> Contract:
+    """This model's tensor contract, checked against the inner model's config.pbtxt (when
+    it is in this repository): a mismatch refuses the load, naming it."""
+    model = args["model_name"]
+    try:
+        contract = Contract.from_model_config(config, params)
+    except ContractError as exc:
+        raise pb_utils.TritonModelException(f"model '{model}': {exc}") from None
+    repo_root = os.path.dirname(os.path.abspath(args["model_repository"]))
+    path = os.path.join(repo_root, inner, "config.pbtxt")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+        try:
+            problems = check_inner_config(contract, inner, text)
+        except ContractError as exc:
+            problems = [f"its config.pbtxt cannot be read: {exc}"]
+        if problems:
+            raise pb_utils.TritonModelException(
+                f"model '{model}': inner_model {inner!r} does not fit this model's tensors: "
+                + "; ".join(problems))
+    return contract
+
+
+def _embedding_contract(contract: Contract) -> bool:
+    """The MiniLM/emulated contract (INPUT_IDS -> EMBEDDING), whose requests keep the token
+    checks of ``decode_request``."""
+    return (contract.sequence.name == "INPUT_IDS" and not contract.pass_through
+            and contract.output_names == ["EMBEDDING"])
+
+
 @dataclass
 class _Pending:
     """What the adapter keeps for one queued request (the core sees it as ``handle``)."""
@@ -325,6 +396,7 @@ class _Pending:
     input_ids: np.ndarray
     answered: bool = False
     held: _HeldCall | None = None  # intake: hold - the execute() call waiting for it
+    decoded: GenericRequest | None = None  # any other tensor contract: the whole request
 
 
 class ExplicitModel:
@@ -338,9 +410,15 @@ class ExplicitModel:
         inner = self.params.get("inner_model", "")
         default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
         self.profile, why = _load_profile(args, self.params, default_profile)
+        self.contract: Contract | None = None  # None: the INPUT_IDS -> EMBEDDING contract
         if inner:
             _check_inner_model(args, self.params, inner)
-            self.executor = BLSExecutor(inner)
+            contract = _inner_contract(args, self.config, self.params, inner)
+            if _embedding_contract(contract):
+                self.executor = BLSExecutor(inner)
+            else:
+                self.contract = contract
+                self.executor = GenericBLSExecutor(inner, contract)
         else:
             self.executor, _ = _make_executor(args, self.params)
         # Only the emulated device is slowed by the profile's time scale.
@@ -437,7 +515,8 @@ class ExplicitModel:
                 continue
             sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
             queued = QueuedRequest(next(self._ids), int(decoded.input_ids.size), now, sla_ms,
-                                   _Pending(request, sender, decoded.input_ids, held=held))
+                                   _Pending(request, sender, decoded.input_ids, held=held,
+                                            decoded=decoded if self.contract else None))
             with self._cond:
                 if self._stopping:
                     rejection, reason = "model is shutting down", "shutting_down"
@@ -456,19 +535,22 @@ class ExplicitModel:
             held.wait()  # every request of this call has had its final response sent
         return None
 
-    @staticmethod
-    def _decode(request):
+    def _decode(self, request):
+        if self.contract is not None:
+            c = self.contract
+            names = [c.sequence.name, *(t.name for t in c.pass_through), "SLA_MS"]
+            tensors = {}
+            for name in names:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                tensors[name] = None if tensor is None else tensor.as_numpy()
+            return decode_generic(c, tensors, _request_parameters(request),
+                                  _timeout_us(request))
         ids = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS")
         sla = pb_utils.get_input_tensor_by_name(request, "SLA_MS")
-        text = request.parameters()
-        try:
-            parameters = json.loads(text) if text and text != "{}" else {}
-        except ValueError:
-            parameters = {}
         return decode_request(None if ids is None else ids.as_numpy(),
                               None if sla is None else sla.as_numpy(),
-                              parameters, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE,
-                              _timeout_us(request))
+                              _request_parameters(request), MINILM_MAX_SEQ_LEN,
+                              MINILM_VOCAB_SIZE, _timeout_us(request))
 
     @staticmethod
     def _send(sender, response, held: _HeldCall | None = None) -> None:
@@ -630,7 +712,7 @@ class ExplicitModel:
             return
         succeeded = False
         try:
-            embeddings = self.executor.run([r.handle.input_ids for r in batch])
+            builders = self._run_executor(batch)
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the loop
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
@@ -640,8 +722,8 @@ class ExplicitModel:
         self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste, former)
         self.metrics.on_dispatch([(r.sla_ms, started - r.arrival_s) for r in batch])
         if succeeded:
-            for r, embedding in zip(batch, embeddings):
-                self._answer(r, functools.partial(_embedding_response, embedding))
+            for r, build in zip(batch, builders):
+                self._answer(r, build)
             done = time.monotonic()  # handed to the responder (sent within ~1 ms)
             for r in batch:
                 self.metrics.on_response(r.sla_ms, done - r.arrival_s)
@@ -649,6 +731,14 @@ class ExplicitModel:
             self.metrics.on_event("batch_failures_total")
         with self._cond:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
+
+    def _run_executor(self, batch: Sequence[QueuedRequest]) -> list:
+        """Run ``batch``; one response builder per request (built on the responder)."""
+        if self.contract is None:
+            embeddings = self.executor.run([r.handle.input_ids for r in batch])
+            return [functools.partial(_embedding_response, e) for e in embeddings]
+        outputs = self.executor.run([r.handle.decoded for r in batch])
+        return [functools.partial(_outputs_response, o) for o in outputs]
 
     def _log_zone_change(self, decision, now: float) -> None:
         zone = (decision.zone, decision.mode, decision.former)

@@ -153,7 +153,7 @@ def sla_arrays(draw) -> np.ndarray | None:
             return np.full(shape, value, dtype=np.float64)
 
 
-# Containers never hold an int above 4300 digits: _sla_value's message would repr() it
+# Containers never hold an int above 4300 digits: sla_value's message would repr() it
 # (known bug, pinned by test_regression_sla_parameter_list_with_unprintable_int); such
 # ints still come as top-level parameter values.
 json_scalars = st.one_of(

@@ -1,0 +1,87 @@
+"""The tensor contract of a plugin fronting any model: decoding one request, batching
+and splitting, and checking the inner model's config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from triton_backend.request_decoding import RequestError
+from triton_backend.tensor_contract import (Contract, ContractError, batch_inputs,
+                                            check_inner_config, decode_generic,
+                                            parse_config_tensors, split_outputs)
+
+FRONT = {
+    "input": [{"name": "TOKENS", "data_type": "TYPE_INT32", "dims": [-1]},
+              {"name": "WEIGHT", "data_type": "TYPE_FP64", "dims": [2]},
+              {"name": "SLA_MS", "data_type": "TYPE_FP32", "dims": [1], "optional": True}],
+    "output": [{"name": "SCORE", "data_type": "TYPE_FP16", "dims": [2]}],
+}
+INNER = '''
+name: "scorer"  # a comment with input [ in it
+max_batch_size: 64
+input [
+  { name: "TOKENS" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "WEIGHT" data_type: TYPE_FP64 dims: [ 2 ] }
+]
+output [ { name: "SCORE" data_type: TYPE_FP16 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+'''
+
+
+def contract(**params):
+    return Contract.from_model_config(FRONT, {"sequence_input": "TOKENS", **params})
+
+
+def test_the_config_names_the_sequence_the_pass_through_and_the_outputs():
+    c = contract()
+    assert c.sequence.name == "TOKENS" and [t.name for t in c.pass_through] == ["WEIGHT"]
+    assert c.output_names == ["SCORE"]
+    with pytest.raises(ContractError, match="sequence_input='IDS' names no input"):
+        Contract.from_model_config(FRONT, {"sequence_input": "IDS"})
+
+
+def test_decoding_validates_each_tensor_and_names_the_problem():
+    c = contract(max_sequence_length="4")
+    w = np.zeros((1, 2))
+    got = decode_generic(c, {"TOKENS": np.array([[3, 4]], np.int32), "WEIGHT": w}, {},
+                         timeout_us=50_000)
+    assert got.sequence.tolist() == [3, 4] and got.sla_ms == 50.0
+    for tensors, needle in (({"WEIGHT": w}, "missing required input TOKENS"),
+                            ({"TOKENS": np.array([[3]], np.int64), "WEIGHT": w}, "INT32"),
+                            ({"TOKENS": np.ones((1, 5), np.int32), "WEIGHT": w}, "limit is 4"),
+                            ({"TOKENS": np.ones((1, 2), np.int32)}, "missing required input"),
+                            ({"TOKENS": np.ones((1, 2), np.int32),
+                              "WEIGHT": np.zeros((2, 2))}, "must have shape [1, 2]")):
+        with pytest.raises(RequestError, match=needle.replace("[", r"\[")):
+            decode_generic(c, tensors, {})
+
+
+def test_a_batch_pads_sequences_concatenates_the_rest_and_splits_back():
+    c = contract(pad_value="0")
+    reqs = [decode_generic(c, {"TOKENS": np.array([[1, 2, 3]], np.int32),
+                               "WEIGHT": np.array([[1.0, 2.0]])}, {}),
+            decode_generic(c, {"TOKENS": np.array([[9]], np.int32),
+                               "WEIGHT": np.array([[3.0, 4.0]])}, {})]
+    batch = batch_inputs(c, reqs)
+    assert batch["TOKENS"].tolist() == [[1, 2, 3], [9, 0, 0]]
+    assert batch["TOKENS"].dtype == np.int32 and batch["WEIGHT"].shape == (2, 2)
+    rows = split_outputs({"SCORE": np.arange(4, dtype=np.float16).reshape(2, 2)}, 2)
+    assert [r["SCORE"].tolist() for r in rows] == [[[0, 1]], [[2, 3]]]
+    with pytest.raises(RequestError, match="expected 3 rows"):
+        split_outputs({"SCORE": np.zeros((2, 2))}, 3)
+
+
+def test_the_inner_config_is_read_and_checked():
+    inputs, outputs, max_batch = parse_config_tensors(INNER)
+    assert [t.name for t in inputs] == ["TOKENS", "WEIGHT"] and max_batch == 64
+    assert outputs[0].dims == (2,)
+    assert check_inner_config(contract(), "scorer", INNER) == []
+    bad = INNER.replace("TYPE_FP64", "TYPE_FP32").replace("max_batch_size: 64",
+                                                          "max_batch_size: 0")
+    problems = check_inner_config(contract(), "scorer", bad)
+    assert any("max_batch_size 0" in p for p in problems)
+    assert "input WEIGHT is TYPE_FP64 here but TYPE_FP32 in 'scorer'" in problems
+    renamed = INNER.replace('"SCORE"', '"LOGITS"')
+    assert any("output SCORE is not an output of 'scorer'" in p
+               for p in check_inner_config(contract(), "scorer", renamed))

@@ -1,0 +1,295 @@
+"""The request contract of a plugin that fronts ANY Triton model (no Triton import).
+
+The explicit model's own config names the tensors: the input that carries each request's
+sequence (parameter ``sequence_input``; its last dimension is the request's length, the
+cost the scheduler plans with), the optional SLA input (``SLA_MS``), every other input
+(passed through to the inner model, batched along the first dimension) and the outputs
+(requested from the inner model and returned per request, unchanged). The inner model is
+called through BLS with one batch: the sequences padded to the longest with
+``pad_value``, the other inputs concatenated; its outputs are split back along the first
+dimension. The MiniLM/emulated contract (INPUT_IDS -> EMBEDDING) is one such
+configuration; the in-process executors keep their own fixed one.
+
+At load, ``check_inner_config`` compares the contract with the inner model's
+``config.pbtxt``: every tensor the plugin sends or asks for must exist there with the same
+data type and compatible dims, or the load is refused naming the mismatch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from scheduler_core.safe_repr import short_repr
+
+from .request_decoding import MAX_SLA_MS, RequestError, sla_value
+
+SLA_INPUT = "SLA_MS"
+NUMPY_TYPES = {
+    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+
+class ContractError(ValueError):
+    """The model config (or the inner model's) cannot serve this contract."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    data_type: str  # Triton's, e.g. "TYPE_INT32"
+    dims: tuple[int, ...]  # without the batch dimension; -1 = variable
+    optional: bool = False
+
+    @property
+    def numpy_type(self):
+        return NUMPY_TYPES[self.data_type]
+
+
+@dataclass(frozen=True)
+class Contract:
+    sequence: TensorSpec
+    pass_through: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    pad_value: float = 0
+    max_sequence_length: int = 512
+
+    @classmethod
+    def from_model_config(cls, config: Mapping[str, Any], params: Mapping[str, str]
+                          ) -> "Contract":
+        """From the explicit model's own config (the JSON Triton hands ``initialize``) and
+        its parameters ``sequence_input``, ``pad_value`` and ``max_sequence_length``."""
+        inputs = [_spec(t) for t in config.get("input", [])]
+        outputs = tuple(_spec(t) for t in config.get("output", []))
+        name = params.get("sequence_input", "") or "INPUT_IDS"
+        by_name = {t.name: t for t in inputs}
+        if name not in by_name:
+            raise ContractError(f"parameter sequence_input={name!r} names no input of this "
+                                f"model (inputs: {sorted(by_name)})")
+        sequence = by_name[name]
+        if sequence.data_type not in NUMPY_TYPES or sequence.numpy_type is np.object_:
+            raise ContractError(f"sequence input {name!r} must be numeric, "
+                                f"got {sequence.data_type}")
+        if not outputs:
+            raise ContractError("the model config declares no output")
+        try:
+            pad = float(params.get("pad_value", "") or 0)
+            max_len = int(params.get("max_sequence_length", "") or 512)
+        except ValueError as exc:
+            raise ContractError(f"parameter pad_value / max_sequence_length: {exc}") from None
+        if max_len < 1:
+            raise ContractError(f"parameter max_sequence_length must be >= 1, got {max_len}")
+        others = tuple(t for t in inputs if t.name not in (name, SLA_INPUT))
+        return cls(sequence, others, outputs, pad, max_len)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+def _spec(t: Mapping[str, Any]) -> TensorSpec:
+    return TensorSpec(str(t["name"]), str(t.get("data_type", "")),
+                      tuple(int(d) for d in t.get("dims", [])), bool(t.get("optional", False)))
+
+
+# -- one request ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GenericRequest:
+    sequence: np.ndarray  # 1-D, the model's dtype
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # each [1, ...]
+    sla_ms: float | None = None
+
+    @property
+    def input_ids(self) -> np.ndarray:  # the name the adapter's queue uses
+        return self.sequence
+
+
+def decode_generic(contract: Contract, tensors: Mapping[str, np.ndarray | None],
+                   parameters: Mapping[str, Any], timeout_us: int = 0) -> GenericRequest:
+    """Validate one request: one sequence ([1, L] or [L]), every non-optional pass-through
+    input with one row ([1, ...]) of its declared type, and the SLA (SLA_MS, ``sla_ms``, or
+    Triton's timeout, as for the MiniLM contract)."""
+    spec = contract.sequence
+    seq = tensors.get(spec.name)
+    if seq is None:
+        raise RequestError(f"missing required input {spec.name}")
+    if seq.ndim == 2 and seq.shape[0] == 1:
+        seq = seq[0]
+    if seq.ndim != 1:
+        raise RequestError(f"{spec.name} must hold one sequence (shape [1, L]), "
+                           f"got shape {list(seq.shape)}")
+    if seq.dtype != spec.numpy_type:
+        raise RequestError(f"{spec.name} must be {spec.data_type[5:]}, got {seq.dtype}")
+    if seq.size == 0:
+        raise RequestError(f"{spec.name} is empty: a sequence needs at least one element")
+    if seq.size > contract.max_sequence_length:
+        raise RequestError(f"{spec.name} has {seq.size} elements; the limit is "
+                           f"{contract.max_sequence_length}")
+    extras = {}
+    for t in contract.pass_through:
+        value = tensors.get(t.name)
+        if value is None:
+            if t.optional:
+                continue
+            raise RequestError(f"missing required input {t.name}")
+        if value.dtype != t.numpy_type:
+            raise RequestError(f"{t.name} must be {t.data_type[5:]}, got {value.dtype}")
+        if value.ndim == len(t.dims):  # sent without the batch dimension
+            value = value[np.newaxis]
+        if value.ndim != len(t.dims) + 1 or value.shape[0] != 1:
+            raise RequestError(f"{t.name} must have shape [1, {', '.join(map(str, t.dims))}]"
+                               f", got {list(value.shape)}")
+        extras[t.name] = value
+    sla_ms = None
+    sla = tensors.get(SLA_INPUT)
+    if sla is not None:
+        if sla.size != 1 or sla.dtype.kind not in "fiu":
+            raise RequestError(f"SLA_MS must hold one FP32 value, got {short_repr(sla)}")
+        sla_ms = sla_value(sla.reshape(-1)[0].item(), "SLA_MS")
+    if "sla_ms" in parameters:
+        param = sla_value(parameters["sla_ms"], "parameter sla_ms")
+        if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):
+            raise RequestError(f"SLA_MS input ({sla_ms:g}) and parameter sla_ms "
+                               f"({param:g}) disagree; send one")
+        sla_ms = param
+    if sla_ms is None and timeout_us > 0:
+        sla_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
+    return GenericRequest(np.ascontiguousarray(seq), extras, sla_ms)
+
+
+# -- one batch ------------------------------------------------------------------------------
+
+def batch_inputs(contract: Contract, requests: Sequence[GenericRequest]
+                 ) -> dict[str, np.ndarray]:
+    """The inner model's inputs for ``requests``: sequences padded to the longest,
+    pass-through inputs concatenated along the first dimension (all requests must carry
+    the same optional inputs, else ``RequestError``)."""
+    spec = contract.sequence
+    longest = max(r.sequence.size for r in requests)
+    padded = np.full((len(requests), longest), contract.pad_value, dtype=spec.numpy_type)
+    for i, r in enumerate(requests):
+        padded[i, :r.sequence.size] = r.sequence
+    batch = {spec.name: padded}
+    for t in contract.pass_through:
+        rows = [r.extras.get(t.name) for r in requests]
+        present = [row is not None for row in rows]
+        if not any(present):
+            continue
+        if not all(present):
+            raise RequestError(f"optional input {t.name} sent by some requests of a batch "
+                               "and not by others")
+        shapes = {row.shape[1:] for row in rows}
+        if len(shapes) > 1:
+            raise RequestError(f"input {t.name}: rows of different shapes {sorted(shapes)} "
+                               "cannot be batched")
+        batch[t.name] = np.concatenate(rows, axis=0)
+    return batch
+
+
+def split_outputs(outputs: Mapping[str, np.ndarray], count: int
+                  ) -> list[dict[str, np.ndarray]]:
+    """Each request's rows of the inner model's outputs (first dimension), as [1, ...]."""
+    for name, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != count:
+            raise RequestError(f"inner model output {name} has shape {list(value.shape)}; "
+                               f"expected {count} rows, one per request")
+    return [{name: value[i:i + 1] for name, value in outputs.items()} for i in range(count)]
+
+
+# -- the inner model's config ---------------------------------------------------------------
+
+def _balanced(text: str, start: int, open_: str, close: str) -> int:
+    """Index of the bracket closing the one at ``start``."""
+    depth = 0
+    for j in range(start, len(text)):
+        if text[j] == open_:
+            depth += 1
+        elif text[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise ContractError(f"unbalanced {open_!r} in the config")
+
+
+def _blocks(text: str, open_: str, close: str) -> list[str]:
+    """The top-level ``open_ ... close`` blocks of ``text``, their insides."""
+    out, i = [], 0
+    while (i := text.find(open_, i)) != -1:
+        j = _balanced(text, i, open_, close)
+        out.append(text[i + 1:j])
+        i = j + 1
+    return out
+
+
+def parse_config_tensors(text: str) -> tuple[list[TensorSpec], list[TensorSpec], int]:
+    """(inputs, outputs, max_batch_size) of a ``config.pbtxt`` in the common text form
+    (``input [ { name: ... data_type: ... dims: [ ... ] } ]``)."""
+    text = re.sub(r"#[^\n]*", "", text)
+    found: dict[str, list[TensorSpec]] = {"input": [], "output": []}
+    for m in re.finditer(r"(?<![\w.])(input|output)\s*:?\s*\[", text):
+        body = text[m.end():_balanced(text, m.end() - 1, "[", "]")]
+        for tensor in _blocks(body, "{", "}"):
+            name = re.search(r'name\s*:\s*"([^"]+)"', tensor)
+            dtype = re.search(r"data_type\s*:\s*(\w+)", tensor)
+            dims = re.search(r"(?<![\w.])dims\s*:\s*\[([^\]]*)\]", tensor)
+            if name:
+                found[m.group(1)].append(TensorSpec(
+                    name.group(1), dtype.group(1) if dtype else "",
+                    tuple(int(d) for d in re.findall(r"-?\d+", dims.group(1))) if dims else (),
+                    re.search(r"optional\s*:\s*true", tensor) is not None))
+    mbs = re.search(r"max_batch_size\s*:\s*(\d+)", text)
+    return found["input"], found["output"], int(mbs.group(1)) if mbs else 0
+
+
+def _dims_fit(ours: tuple[int, ...], theirs: tuple[int, ...]) -> bool:
+    return len(ours) == len(theirs) and all(a == b or -1 in (a, b) for a, b in zip(ours, theirs))
+
+
+def check_inner_config(contract: Contract, inner_name: str, config_text: str) -> list[str]:
+    """Every mismatch between this contract and the inner model's config (empty: fits).
+    The inner model receives batches: it must batch (max_batch_size > 0) with the sequence
+    as [-1] (or a fixed length) and each pass-through input with our dims."""
+    inputs, outputs, max_batch = parse_config_tensors(config_text)
+    problems = []
+    if max_batch < 1:
+        problems.append(f"inner model '{inner_name}' has max_batch_size {max_batch}: it must "
+                        "accept batches (max_batch_size >= 1)")
+    theirs_in = {t.name: t for t in inputs}
+    for ours in (contract.sequence, *contract.pass_through):
+        t = theirs_in.get(ours.name)
+        if t is None:
+            problems.append(f"input {ours.name} is not an input of '{inner_name}' "
+                            f"(its inputs: {sorted(theirs_in)})")
+        elif t.data_type != ours.data_type:
+            problems.append(f"input {ours.name} is {ours.data_type} here but {t.data_type} "
+                            f"in '{inner_name}'")
+        elif not _dims_fit(ours.dims, t.dims):
+            problems.append(f"input {ours.name} has dims {list(ours.dims)} here but "
+                            f"{list(t.dims)} in '{inner_name}'")
+    for t in inputs:
+        if not t.optional and t.name not in {s.name for s in (contract.sequence,
+                                                               *contract.pass_through)}:
+            problems.append(f"'{inner_name}' requires input {t.name}, which this model does "
+                            "not declare")
+    theirs_out = {t.name: t for t in outputs}
+    for ours in contract.outputs:
+        t = theirs_out.get(ours.name)
+        if t is None:
+            problems.append(f"output {ours.name} is not an output of '{inner_name}' "
+                            f"(its outputs: {sorted(theirs_out)})")
+        elif t.data_type != ours.data_type:
+            problems.append(f"output {ours.name} is {ours.data_type} here but {t.data_type} "
+                            f"in '{inner_name}'")
+        elif not _dims_fit(ours.dims, t.dims):
+            problems.append(f"output {ours.name} has dims {list(ours.dims)} here but "
+                            f"{list(t.dims)} in '{inner_name}'")
+    return problems
