@@ -44,6 +44,7 @@ from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inp
                               check_inner_config, decode_generic, split_outputs)
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
+from .placement import Placement, PlacementError, placement
 from .request_decoding import RequestError, decode_padded_batch, decode_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -148,14 +149,15 @@ PROFILE_ENV = "EXPLICIT_BATCHING_PROFILE"
 METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
 
 
-def _load_profile(args: dict, params: dict[str, str], default_name: str
-                  ) -> tuple[HardwareProfile, str]:
+def _load_profile(args: dict, params: dict[str, str], default_name: str,
+                  nvml_index: int | None) -> tuple[HardwareProfile, str]:
     """The hardware profile for this model and why it was chosen.
 
     Profiles live in ``profile_dir`` (relative to the model repository; default
     ``<model>/profiles``). Choice: the EXPLICIT_BATCHING_PROFILE environment variable, else
-    the model config parameter ``hardware_profile``, else the NVML device name, else
-    ``default_name``."""
+    the model config parameter ``hardware_profile``, else the name of NVML device
+    ``nvml_index`` (the instance's GPU; None: no GPU), else the generic ``gpu`` profile
+    for a GPU no profile matches, else ``default_name``."""
     model = args["model_name"]
     model_dir = args["model_repository"]  # this model's own folder
     repo_root = os.path.dirname(os.path.abspath(model_dir))
@@ -171,8 +173,12 @@ def _load_profile(args: dict, params: dict[str, str], default_name: str
         # folder: nothing outside is read, or quoted in an error.
         profiles = load_profile_dir(directory, allowed_roots=(repo_root, model_dir))
         # Ask NVML only when nothing names a profile: it is slow to start and absent here.
-        device = None if (env_choice or config_choice) else detect_device_name()
+        device = None if (env_choice or config_choice) else detect_device_name(nvml_index)
         name, why = select_profile(profiles, device, config_choice, env_choice, default_name)
+        if device and why.startswith("no profile matches"):
+            # An unmatched GPU: name it, so the operator calibrates a profile for it.
+            pb_utils.Logger.log_warn(f"model '{model}': {why}; calibrate one for this "
+                                     "device with `explicit-batching calibrate`")
         return _with_emulation_overrides(profiles[name], params, model), why
     except ProfileError as exc:
         raise pb_utils.TritonModelException(f"model '{model}': {exc}") from None
@@ -197,15 +203,32 @@ def _with_emulation_overrides(profile: HardwareProfile, params: dict[str, str],
     return with_overrides(profile, overrides, source)
 
 
-def _make_executor(args: dict, params: dict[str, str]):
-    """Build the in-process executor named by the ``executor`` parameter."""
+def _placement(args: dict, params: dict[str, str]) -> Placement:
+    """Where this instance runs (torch device) and which GPU NVML watches: Triton's
+    instance kind and device id, and the parameter ``device`` (see ``placement``)."""
+    def cuda_available() -> bool:  # asked only when a GPU is wanted
+        if params.get("executor") != "minilm" or params.get("inner_model"):
+            return True  # no CUDA code runs here: the GPU only names what NVML watches
+        import torch  # noqa: PLC0415 - only MiniLM on a GPU needs it here
+        return torch.cuda.is_available()
+
+    try:
+        return placement(args.get("model_instance_kind", "CPU"),
+                         args.get("model_instance_device_id", "0"), cuda_available,
+                         params.get("device", ""), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except PlacementError as exc:
+        raise pb_utils.TritonModelException(f"model '{args['model_name']}': {exc}") from None
+
+
+def _make_executor(args: dict, params: dict[str, str], where: Placement):
+    """Build the in-process executor named by the ``executor`` parameter, on ``where``."""
     model = args["model_name"]
     kind = params.get("executor", "")
     if kind == "minilm":
         threads = _int_parameter(params, "intra_op_threads", 1, model)
-        return MiniLMEncoder(intra_op_threads=threads), None
+        return MiniLMEncoder(intra_op_threads=threads, device=where.device), None
     if kind == "emulated":
-        profile, _ = _load_profile(args, params, "t4")
+        profile, _ = _load_profile(args, params, "t4", where.nvml_index)
         fault = _int_parameter(params, "fault_injection_token", 0, model)
         return EmulatedDevice(profile.cost_model, profile.emulation, fault), profile
     raise pb_utils.TritonModelException(
@@ -255,7 +278,9 @@ class InnerModel:
         check_numpy(args["model_name"])
         self.config = json.loads(args["model_config"])
         self.params = _parameters(self.config)
-        self.executor, _ = _make_executor(args, self.params)
+        self.placement = _placement(args, self.params)
+        self.executor, _ = _make_executor(args, self.params, self.placement)
+        pb_utils.Logger.log_info(f"{args['model_name']}: {self.placement.why}")
 
     def execute(self, requests):
         responses: list[Any] = [None] * len(requests)
@@ -408,8 +433,10 @@ class ExplicitModel:
         self.config = json.loads(args["model_config"])
         self.params = _parameters(self.config)
         inner = self.params.get("inner_model", "")
+        self.placement = _placement(args, self.params)
         default_profile = "cpu" if self.params.get("executor") == "minilm" else "t4"
-        self.profile, why = _load_profile(args, self.params, default_profile)
+        self.profile, why = _load_profile(args, self.params, default_profile,
+                                          self.placement.nvml_index)
         self.contract: Contract | None = None  # None: the INPUT_IDS -> EMBEDDING contract
         if inner:
             _check_inner_model(args, self.params, inner)
@@ -420,7 +447,7 @@ class ExplicitModel:
                 self.contract = contract
                 self.executor = GenericBLSExecutor(inner, contract)
         else:
-            self.executor, _ = _make_executor(args, self.params)
+            self.executor, _ = _make_executor(args, self.params, self.placement)
         # Only the emulated device is slowed by the profile's time scale.
         time_scale = (self.profile.emulation.time_scale
                       if isinstance(self.executor, EmulatedDevice) else 1.0)
@@ -457,7 +484,8 @@ class ExplicitModel:
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
-            f"{' -> ' + inner if inner else ''}; sidecar={self._sidecar_mode}")
+            f"{' -> ' + inner if inner else ''}; sidecar={self._sidecar_mode}; "
+            f"placement: {self.placement.why}")
 
     def _start_sidecar(self) -> None:
         """Parameter ``sidecar``: "thread" (default: in this process), "off", or
@@ -469,7 +497,8 @@ class ExplicitModel:
             url = self.params.get("metrics_url") or os.environ.get(METRICS_URL_ENV, "")
             self._sidecar = Sidecar(url or None,
                                     self.profile.control.perception_period_ms / 1000.0,
-                                    log=pb_utils.Logger.log_info).start()
+                                    log=pb_utils.Logger.log_info,
+                                    nvml_index=self.placement.nvml_index).start()
             mode = f"thread ({url or 'NVML only'})"
         elif mode.startswith("file:"):
             self._sidecar = SampleFile(mode[len("file:"):])
