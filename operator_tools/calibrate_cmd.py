@@ -40,16 +40,17 @@ from scheduler_core.perception import coefficient_of_variation
 from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError
 from scheduler_core.profile_files import load_profile
 
+from . import resources
 from . import live
 from .benchmark_mode import RECIPE as BENCHMARK_MODE, SERVED_LATE_NOTE
 from .live import LoadRefused, LoadRun, PluginSnapshot, Series
 from .measure import default_metrics_url
 from .perf_analyzer import failure_reason, load_sweep
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
-DEFAULT_INPUT = os.path.join(REPO_ROOT, "perf_analyzer_configs", "mixed_sla.json")
-DEFAULT_SWEEP = os.path.join(REPO_ROOT, "perf_analyzer_configs", "sweeps", "request_rate.yaml")
+# From the package when installed as a wheel, else the checkout (operator_tools.resources).
+DEFAULT_REPOSITORY = resources.model_templates_dir()
+DEFAULT_INPUT = os.path.join(resources.configs_dir(), "mixed_sla.json")
+DEFAULT_SWEEP = os.path.join(resources.configs_dir(), "sweeps", "request_rate.yaml")
 THRESHOLD_KEYS = ("utilization_safe", "utilization_danger", "queue_depth_safe",
                   "queue_depth_danger", "p99_cv_safe", "p99_cv_danger")
 # The design's conservative start and recommended ranges (section 4.2 and 5.2).

@@ -86,6 +86,7 @@ from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.simulator import capacity_rps, device_ms
 from scheduler_core.stats import percentile
 
+from . import resources
 from . import live
 from . import perf_analyzer as pa
 from . import report
@@ -96,8 +97,8 @@ from .records import RequestRecord
 from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                             load_workload_spec, parse_float_list)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOCAL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
+# From the package when installed as a wheel, else the checkout (operator_tools.resources).
+LOCAL_REPOSITORY = resources.model_templates_dir()
 DEFAULT_SPEC = WorkloadSpec(name="compare default", arrival="poisson",
                             arrival_params={"rate_rps": 60.0}, lengths="lognormal",
                             length_params={"median": 64.0, "sigma": 0.8, "lo": 16, "hi": 512},

@@ -41,15 +41,16 @@ from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.scheduler import Scheduler
 from scheduler_core.simulator import SimResult, capacity_rps, device_ms, simulate
 
+from . import resources
 from . import report
 from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                             load_workload_spec, parse_float_list, parse_params)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS_DIR = os.path.join(REPO_ROOT, "perf_analyzer_configs")
+# From the package when installed as a wheel, else the checkout (operator_tools.resources).
+CONFIGS_DIR = resources.configs_dir()
 DEFAULT_WORKLOAD = os.path.join(CONFIGS_DIR, "workloads", "mixed_poisson.yaml")
-PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")
-NATIVE_CONFIG = os.path.join(REPO_ROOT, "model_repository", "emulated_native", "config.pbtxt")
+PROFILE_DIR = os.path.join(resources.model_templates_dir(), "emulated_explicit", "profiles")
+NATIVE_CONFIG = os.path.join(resources.model_templates_dir(), "emulated_native", "config.pbtxt")
 BASELINES = ("native", "fixed-window", "adaptive")
 TUNE_ALPHAS = (0.2, 0.3, 0.4, 0.5)
 TUNE_BETAS = (0.1, 0.2, 0.3)
