@@ -20,10 +20,11 @@ from triton_backend.intake import hold_config
 
 pytestmark = pytest.mark.integration
 MODEL = "held_explicit"
+PRIORITY_MODEL = "prio_explicit"  # hold, hand-over 4, two priority levels
 RNG = np.random.default_rng(13)
 
 
-def held_model(repo: str, name: str, time_scale: float) -> None:
+def held_model(repo: str, name: str, time_scale: float, **hold) -> None:
     """A copy of emulated_explicit with intake: hold behind Triton's dynamic batcher."""
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit"),
                     os.path.join(repo, name),
@@ -31,7 +32,7 @@ def held_model(repo: str, name: str, time_scale: float) -> None:
     path = os.path.join(repo, name, "config.pbtxt")
     with open(path) as fh:
         config = fh.read()
-    config = hold_config(config.replace('name: "emulated_explicit"', f'name: "{name}"'))
+    config = hold_config(config.replace('name: "emulated_explicit"', f'name: "{name}"'), **hold)
     config += (f'parameters {{ key: "time_scale" value: {{ string_value: "{time_scale}" }} }}\n'
                f'parameters {{ key: "profile_dir" value: {{ string_value: "{name}/profiles" }} }}\n')
     with open(path, "w") as fh:
@@ -46,8 +47,10 @@ def crash_server(tmp_path_factory):
     repo = str(base / "repo")
     os.makedirs(repo)
     held_model(repo, MODEL, time_scale=10)
+    held_model(repo, PRIORITY_MODEL, time_scale=10, max_hand_over=4, priority_levels=2)
     srv = TritonServer(repo, log_path=str(base / "tritonserver.log"), exit_timeout_s=10,
-                       extra_args=("--model-control-mode=explicit", f"--load-model={MODEL}"))
+                       extra_args=("--model-control-mode=explicit", f"--load-model={MODEL}",
+                                   f"--load-model={PRIORITY_MODEL}"))
     with srv:
         log: list[str] = []
         sup = StubSupervisor(srv.process.pid, srv.http_url, [MODEL], period_s=0.25,
@@ -67,6 +70,39 @@ def _inputs(n: int):
     sla = grpcclient.InferInput("SLA_MS", [1, 1], "FP32")
     sla.set_data_from_numpy(np.array([[600000.0]], dtype=np.float32))
     return [ids, sla]
+
+
+def test_held_intake_hands_higher_priority_over_first(crash_server):
+    """With intake: hold, Triton's request priority orders its queue's hand-over: 4
+    priority-1 requests sent after 24 priority-2 ones finish ahead of most of them."""
+    server, _, _ = crash_server
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    finished: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    def callback(priority):
+        def cb(result, error):
+            assert error is None, error
+            with lock:
+                finished.append((time.monotonic(), priority))
+        return cb
+
+    try:
+        client.infer(PRIORITY_MODEL, _inputs(16))
+        for _ in range(24):
+            client.async_infer(PRIORITY_MODEL, _inputs(512), callback(2), priority=2)
+        for _ in range(4):
+            client.async_infer(PRIORITY_MODEL, _inputs(512), callback(1), priority=1)
+        deadline = time.monotonic() + 60
+        while len(finished) < 28:
+            assert time.monotonic() < deadline, f"{len(finished)} of 28 answered"
+            time.sleep(0.1)
+        order = [p for _, p in sorted(finished)]
+        last_high = max(i for i, p in enumerate(order) if p == 1)
+        print(f"completion order: {order}")
+        assert order[last_high + 1:].count(2) >= 12, order  # most low ones finish after
+    finally:
+        client.close()
 
 
 def test_kill_9_of_the_stub_with_requests_queued_loses_none(crash_server):
