@@ -254,6 +254,26 @@ def _dims_fit(ours: tuple[int, ...], theirs: tuple[int, ...]) -> bool:
     return len(ours) == len(theirs) and all(a == b or -1 in (a, b) for a, b in zip(ours, theirs))
 
 
+def _mismatches(kind: str, ours: Sequence[TensorSpec], theirs: Sequence[TensorSpec],
+                inner_name: str) -> list[str]:
+    """How ``ours`` (the tensors this model sends or asks for) differ from the inner
+    model's ``theirs`` of the same kind: missing, another data type, other dims."""
+    by_name = {t.name: t for t in theirs}
+    problems = []
+    for mine in ours:
+        t = by_name.get(mine.name)
+        if t is None:
+            problems.append(f"{kind} {mine.name} is not an {kind} of '{inner_name}' "
+                            f"(its {kind}s: {sorted(by_name)})")
+        elif t.data_type != mine.data_type:
+            problems.append(f"{kind} {mine.name} is {mine.data_type} here but {t.data_type} "
+                            f"in '{inner_name}'")
+        elif not _dims_fit(mine.dims, t.dims):
+            problems.append(f"{kind} {mine.name} has dims {list(mine.dims)} here but "
+                            f"{list(t.dims)} in '{inner_name}'")
+    return problems
+
+
 def check_inner_config(contract: Contract, inner_name: str, config_text: str) -> list[str]:
     """Every mismatch between this contract and the inner model's config (empty: fits).
     The inner model receives batches: it must batch (max_batch_size > 0) with the sequence
@@ -263,33 +283,12 @@ def check_inner_config(contract: Contract, inner_name: str, config_text: str) ->
     if max_batch < 1:
         problems.append(f"inner model '{inner_name}' has max_batch_size {max_batch}: it must "
                         "accept batches (max_batch_size >= 1)")
-    theirs_in = {t.name: t for t in inputs}
-    for ours in (contract.sequence, *contract.pass_through):
-        t = theirs_in.get(ours.name)
-        if t is None:
-            problems.append(f"input {ours.name} is not an input of '{inner_name}' "
-                            f"(its inputs: {sorted(theirs_in)})")
-        elif t.data_type != ours.data_type:
-            problems.append(f"input {ours.name} is {ours.data_type} here but {t.data_type} "
-                            f"in '{inner_name}'")
-        elif not _dims_fit(ours.dims, t.dims):
-            problems.append(f"input {ours.name} has dims {list(ours.dims)} here but "
-                            f"{list(t.dims)} in '{inner_name}'")
+    ours_in = (contract.sequence, *contract.pass_through)
+    problems += _mismatches("input", ours_in, inputs, inner_name)
+    declared = {s.name for s in ours_in}
     for t in inputs:
-        if not t.optional and t.name not in {s.name for s in (contract.sequence,
-                                                               *contract.pass_through)}:
+        if not t.optional and t.name not in declared:
             problems.append(f"'{inner_name}' requires input {t.name}, which this model does "
                             "not declare")
-    theirs_out = {t.name: t for t in outputs}
-    for ours in contract.outputs:
-        t = theirs_out.get(ours.name)
-        if t is None:
-            problems.append(f"output {ours.name} is not an output of '{inner_name}' "
-                            f"(its outputs: {sorted(theirs_out)})")
-        elif t.data_type != ours.data_type:
-            problems.append(f"output {ours.name} is {ours.data_type} here but {t.data_type} "
-                            f"in '{inner_name}'")
-        elif not _dims_fit(ours.dims, t.dims):
-            problems.append(f"output {ours.name} has dims {list(ours.dims)} here but "
-                            f"{list(t.dims)} in '{inner_name}'")
+    problems += _mismatches("output", contract.outputs, outputs, inner_name)
     return problems
