@@ -105,6 +105,15 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
         raise RequestError(f"INPUT_IDS must have shape [1, L], got shape {list(input_ids.shape)}")
     check_sequence(ids, max_seq_len, vocab_size)
 
+    return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64),
+                          decode_sla(sla_input, parameters, timeout_us))
+
+
+def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
+               timeout_us: int = 0) -> float | None:
+    """A request's SLA in ms: the SLA_MS input, or the ``sla_ms`` parameter (both: they
+    must agree), or Triton's ``timeout`` (microseconds; capped at ``MAX_SLA_MS``); None:
+    the profile's default."""
     sla_ms = None
     if sla_input is not None:
         if sla_input.size != 1:
@@ -120,4 +129,4 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
         sla_ms = param
     if sla_ms is None and timeout_us > 0:
         sla_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
-    return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64), sla_ms)
+    return sla_ms

@@ -17,16 +17,14 @@ data type and compatible dims, or the load is refused naming the mismatch.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from scheduler_core.safe_repr import short_repr
 
-from .request_decoding import MAX_SLA_MS, RequestError, sla_value
+from .request_decoding import RequestError, decode_sla
 
 SLA_INPUT = "SLA_MS"
 NUMPY_TYPES = {
@@ -149,21 +147,8 @@ def decode_generic(contract: Contract, tensors: Mapping[str, np.ndarray | None],
             raise RequestError(f"{t.name} must have shape [1, {', '.join(map(str, t.dims))}]"
                                f", got {list(value.shape)}")
         extras[t.name] = value
-    sla_ms = None
-    sla = tensors.get(SLA_INPUT)
-    if sla is not None:
-        if sla.size != 1 or sla.dtype.kind not in "fiu":
-            raise RequestError(f"SLA_MS must hold one FP32 value, got {short_repr(sla)}")
-        sla_ms = sla_value(sla.reshape(-1)[0].item(), "SLA_MS")
-    if "sla_ms" in parameters:
-        param = sla_value(parameters["sla_ms"], "parameter sla_ms")
-        if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):
-            raise RequestError(f"SLA_MS input ({sla_ms:g}) and parameter sla_ms "
-                               f"({param:g}) disagree; send one")
-        sla_ms = param
-    if sla_ms is None and timeout_us > 0:
-        sla_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
-    return GenericRequest(np.ascontiguousarray(seq), extras, sla_ms)
+    return GenericRequest(np.ascontiguousarray(seq), extras,
+                          decode_sla(tensors.get(SLA_INPUT), parameters, timeout_us))
 
 
 # -- one batch ------------------------------------------------------------------------------
