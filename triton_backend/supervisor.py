@@ -29,10 +29,9 @@ from typing import Callable, Iterable
 STUB_BINARY = b"triton_python_backend_stub"
 
 
-def stub_pids(server_pid: int, model: str, proc: str = "/proc") -> set[int]:
-    """PIDs of the Python-backend stubs of ``model`` whose parent is ``server_pid``."""
-    pids = set()
-    needle = f"/{model}/".encode()
+def _server_stub_argvs(server_pid: int, proc: str) -> dict[int, list[bytes]]:
+    """argv of every Python-backend stub whose parent is ``server_pid`` (one /proc scan)."""
+    stubs = {}
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
@@ -45,10 +44,20 @@ def stub_pids(server_pid: int, model: str, proc: str = "/proc") -> set[int]:
                 argv = fh.read().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
-        if argv and argv[0].endswith(STUB_BINARY) and any(
-                needle in a or a.endswith(needle[:-1]) for a in argv[1:]):
-            pids.add(int(entry))
-    return pids
+        if argv and argv[0].endswith(STUB_BINARY):
+            stubs[int(entry)] = argv
+    return stubs
+
+
+def _of_model(argvs: dict[int, list[bytes]], model: str) -> set[int]:
+    needle = f"/{model}/".encode()
+    return {pid for pid, argv in argvs.items()
+            if any(needle in a or a.endswith(needle[:-1]) for a in argv[1:])}
+
+
+def stub_pids(server_pid: int, model: str, proc: str = "/proc") -> set[int]:
+    """PIDs of the Python-backend stubs of ``model`` whose parent is ``server_pid``."""
+    return _of_model(_server_stub_argvs(server_pid, proc), model)
 
 
 def _http(url: str, body: dict | None = None, timeout_s: float = 5.0) -> bytes:
@@ -86,8 +95,9 @@ class StubSupervisor:
     def check(self) -> list[str]:
         """One round: the models found crashed (and reloaded) this round."""
         crashed = []
+        stubs = _server_stub_argvs(self.server_pid, self.proc)  # one scan for every model
         for model in self.models:
-            live = stub_pids(self.server_pid, model, self.proc)
+            live = _of_model(stubs, model)
             seen = self._seen[model]
             # A reload starts new stubs before the old ones go; a crash only loses some.
             if seen and live < seen and self.ready(model):
