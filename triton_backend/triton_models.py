@@ -98,6 +98,15 @@ def _timeout_us(request) -> int:
         return 0
 
 
+def _inner_folder(args: dict, inner: str) -> str | None:
+    """The folder of model ``inner`` in this model's repository; None when ``inner`` is not
+    a plain model name (no path may leave the repository) or has no folder there."""
+    if inner in (".", "..") or not all(c.isalnum() or c in "_-." for c in inner):
+        return None
+    folder = os.path.join(os.path.dirname(os.path.abspath(args["model_repository"])), inner)
+    return folder if os.path.isdir(folder) else None
+
+
 def _check_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
     """Refuse to load, naming the problem, when the BLS inner model has no model folder in
     this repository (a typo, a model that does not exist): a bad reload then fails and
@@ -115,9 +124,7 @@ def _check_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
         raise pb_utils.TritonModelException(
             f"model '{model}': parameter inner_model_check must be 'repository' or 'off', "
             f"got {check!r}")
-    repo_root = os.path.dirname(os.path.abspath(args["model_repository"]))
-    plain_name = inner not in (".", "..") and all(c.isalnum() or c in "_-." for c in inner)
-    if not (plain_name and os.path.isdir(os.path.join(repo_root, inner))):
+    if _inner_folder(args, inner) is None:
         raise pb_utils.TritonModelException(
             f"model '{model}': parameter inner_model={inner!r}: no model folder of that name "
             "in this model repository (inner_model_check=off for one in another repository)")
@@ -389,9 +396,9 @@ def _inner_contract(args: dict, config: dict, params: dict[str, str], inner: str
         contract = Contract.from_model_config(config, params)
     except ContractError as exc:
         raise pb_utils.TritonModelException(f"model '{model}': {exc}") from None
-    repo_root = os.path.dirname(os.path.abspath(args["model_repository"]))
-    path = os.path.join(repo_root, inner, "config.pbtxt")
-    if os.path.isfile(path):
+    folder = _inner_folder(args, inner)
+    path = os.path.join(folder, "config.pbtxt") if folder else ""
+    if path and os.path.isfile(path):
         with open(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read(1 << 20)
         try:
