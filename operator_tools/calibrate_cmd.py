@@ -305,6 +305,8 @@ def _format(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(round(value, 6))
+    if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+( [\w.+-]+)*", value):
+        return json.dumps(value)  # a YAML double-quoted scalar
     return str(value)
 
 

@@ -1,14 +1,17 @@
 """Batch cost model: how long a batch of sequences takes on the device.
 
-The same formula drives the emulated device (as its ground truth) and the scheduler
-(as its seed estimate, corrected online from observed batches).
+The profile's cost model - the linear formula, or a measured table (``cost_table.py``)
+when the profile has one - drives the emulated device (as its ground truth) and the
+scheduler (as its seed estimate, refit online from observed batches).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
+from .cost_table import CostTable, RefitTable
 from .profile import CostModelConfig
 
 
@@ -51,13 +54,38 @@ def formula_ms(cfg: CostModelConfig, shape: BatchShape) -> float:
             + cfg.per_token_squared_ms * shape.squared_tokens)
 
 
+@functools.lru_cache(maxsize=64)
+def cost_table(cfg: CostModelConfig) -> CostTable | None:
+    """The profile's measured table (built once per cost model), or None."""
+    return CostTable.from_rows(cfg.table) if cfg.table else None
+
+
+def cost_ms(cfg: CostModelConfig, shape: BatchShape) -> float:
+    """What a batch of this shape costs per the profile (ms, device speed): its measured
+    table at the batch's effective length (tokens per sequence) when it has one, else the
+    formula. The emulated device sleeps exactly this (times its time scale)."""
+    if shape.batch_size == 0:
+        return 0.0
+    table = cost_table(cfg)
+    if table is None:
+        return formula_ms(cfg, shape)
+    return table.lookup_ms(shape.batch_size, shape.tokens / shape.batch_size)
+
+
 class CostEstimator:
     """The scheduler's estimate of batch latency (milliseconds).
 
-    Seeded from the profile formula (scaled by ``time_scale`` for an emulated device) and
-    corrected online by an exponentially weighted ratio of observed to predicted time, so
-    a profile that is off by a constant factor (a slower CPU, a busy host) converges within
-    a few batches.
+    Seeded from the profile (scaled by ``time_scale`` for an emulated device) and refit
+    online from observed batches:
+
+    * formula profiles: one exponentially weighted ratio of observed to predicted time
+      (``correction``), so a profile that is off by a constant factor (a slower CPU, a
+      busy host) converges within a few batches;
+    * table profiles: the table's own cells, region by region (``RefitTable``); the
+      global ``correction`` stays 1.
+
+    ``error_ratio`` is the smoothed |observed - predicted| / observed of the estimate
+    each batch was dispatched on (0 = exact): the measured-vs-predicted error metric.
     """
 
     def __init__(self, cfg: CostModelConfig, cost_mode: str = "padded",
@@ -68,11 +96,19 @@ class CostEstimator:
         self.smoothing = smoothing
         self.correction = 1.0
         self.observed_batches = 0
+        self.error_ratio = 0.0
+        seed = cost_table(cfg)
+        self.table: RefitTable | None = RefitTable(seed, smoothing) if seed else None
 
     def estimate_ms(self, lengths: Sequence[int]) -> float:
         return self.estimate_shape_ms(batch_shape(lengths, self.cost_mode))
 
     def estimate_shape_ms(self, shape: BatchShape) -> float:
+        if self.table is not None:
+            if shape.batch_size == 0:
+                return 0.0
+            return self.table.lookup_ms(shape.batch_size,
+                                        shape.tokens / shape.batch_size) * self.time_scale
         return formula_ms(self.cfg, shape) * self.time_scale * self.correction
 
     def estimate_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
@@ -81,16 +117,23 @@ class CostEstimator:
         return self.base_parts_ms(batch_size, longest, real_tokens, real_squared) * self.correction
 
     def batch_overhead_ms(self) -> float:
-        """The per-batch fixed cost (``fixed_ms``, scaled and corrected): the device time a
-        request saves by joining a batch instead of running in one of its own."""
+        """The per-batch fixed cost (scaled and corrected): the device time a request saves
+        by joining a batch instead of running in one of its own - ``fixed_ms``, or a
+        table's launch-bound floor."""
+        if self.table is not None:
+            return self.table.flat_ms() * self.time_scale
         return self.cfg.fixed_ms * self.time_scale * self.correction
 
     def base_parts_ms(self, batch_size: int, longest: int, real_tokens: int,
                       real_squared: int) -> float:
-        """The seed formula (times ``time_scale``) without the online correction.
+        """The seed (times ``time_scale``) without the global correction: the formula, or
+        the refit table.
 
-        ``Scheduler._explicit_batch`` inlines this formula in its hot loop (the same float
-        operations); test_scheduler_equivalence fails if the two drift apart."""
+        ``LengthAwareFormer.form`` inlines the formula in its hot loop (the same float
+        operations); a property test fails if the two drift apart."""
+        if self.table is not None:
+            length = longest if self.cost_mode != "ragged" else real_tokens / batch_size
+            return self.table.lookup_ms(batch_size, length) * self.time_scale
         cfg = self.cfg
         if self.cost_mode == "ragged":
             tokens, squared = real_tokens, real_squared
@@ -102,13 +145,28 @@ class CostEstimator:
 
     def observe(self, lengths: Sequence[int], duration_ms: float) -> None:
         """Feed back one finished batch's measured duration."""
-        predicted = formula_ms(self.cfg, batch_shape(lengths, self.cost_mode)) * self.time_scale
-        if predicted <= 0 or duration_ms <= 0:
+        if duration_ms <= 0:
+            return
+        shape = batch_shape(lengths, self.cost_mode)
+        if shape.batch_size == 0:
+            return
+        estimate = self.estimate_shape_ms(shape)
+        if estimate > 0:
+            error = min(abs(duration_ms - estimate) / duration_ms, 10.0)
+            self.error_ratio += self.smoothing * (error - self.error_ratio)
+        self.observed_batches += 1
+        if self.table is not None:
+            self.table.observe(shape.batch_size, shape.tokens / shape.batch_size,
+                               duration_ms / self.time_scale)
+            return
+        predicted = formula_ms(self.cfg, shape) * self.time_scale
+        if predicted <= 0:
             return
         ratio = min(max(duration_ms / predicted, 0.05), 20.0)
         self.correction += self.smoothing * (ratio - self.correction)
-        self.observed_batches += 1
 
     def __repr__(self) -> str:
-        return (f"CostEstimator(mode={self.cost_mode}, scale={self.time_scale}, "
-                f"correction={self.correction:.3f}, batches={self.observed_batches})")
+        kind = "table" if self.table is not None else "formula"
+        return (f"CostEstimator({kind}, mode={self.cost_mode}, scale={self.time_scale}, "
+                f"correction={self.correction:.3f}, error={self.error_ratio:.3f}, "
+                f"batches={self.observed_batches})")

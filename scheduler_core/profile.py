@@ -24,7 +24,10 @@ from typing import Any, Mapping
 
 from .profile_limits import (BOUNDS, COST_MODES, ENTRY_MODES, FORMER_NAMES,  # noqa: F401
                              INFEASIBLE_POLICIES, SAFE_ZONE_BATCHING)
+from .cost_table import CostTable, CostTableError
 from .safe_repr import short_repr
+
+MAX_TABLE_CELLS = 1024
 
 
 
@@ -42,17 +45,28 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class CostModelConfig:
-    """latency_ms = fixed_ms + per_sequence_ms*b + per_token_ms*T + per_token_squared_ms*S.
+    """latency_ms = fixed_ms + per_sequence_ms*b + per_token_ms*T + per_token_squared_ms*S,
+    or, when ``table`` is given, the measured table instead of the formula.
 
     T is the number of tokens the device processes and S the sum of squared sequence
     lengths (attention); both follow the cost mode (padded: every sequence counts as the
     batch's longest member; ragged: its own length).
+
+    ``table``: measured cells ``(batch size, length in tokens, milliseconds)`` of a batch
+    of equal-length sequences (``scheduler_core.cost_table``: interpolated between cells,
+    extrapolated past them). In YAML a list of ``[batch, length, ms]`` triples or of
+    ``{batch:, length:, ms:}`` mappings (the form ``explicit-batching calibrate`` and
+    ``../shared/gpu/h200_minilm_costs.json`` write). A ragged batch is looked up at its
+    mean length. ``table_source`` says where the cells come from (measured on which
+    device, or emulated).
     """
 
     fixed_ms: float = 1.0
     per_sequence_ms: float = 0.0
     per_token_ms: float = 0.01
     per_token_squared_ms: float = 0.0
+    table: tuple[tuple[int, int, float], ...] = ()
+    table_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -228,6 +242,50 @@ def _section(cls, raw: Any, source: str, section: str):
     return cls(**values)
 
 
+def _table_rows(raw: Any, source: str) -> tuple[tuple[int, int, float], ...]:
+    """``cost_model.table``: measured cells, validated (and checked to form a table)."""
+    key = "cost_model.table"
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise _bad(source, key, raw, "must be a non-empty list of [batch, length, ms] cells")
+    if len(raw) > MAX_TABLE_CELLS:
+        raise _bad(source, key, len(raw), f"at most {MAX_TABLE_CELLS} cells")
+    rows = []
+    for k, cell in enumerate(raw):
+        if isinstance(cell, Mapping):
+            if set(cell) - {"batch", "length", "ms"}:
+                raise _bad(source, f"{key}[{k}]", cell, "cell keys are batch, length, ms")
+            cell = (cell.get("batch"), cell.get("length"), cell.get("ms"))
+        if not isinstance(cell, (list, tuple)) or len(cell) != 3:
+            raise _bad(source, f"{key}[{k}]", cell, "must be [batch, length, ms]")
+        b, n, ms = cell
+        for name, v in (("batch", b), ("length", n)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
+                raise _bad(source, f"{key}[{k}].{name}", v, "must be an integer in [1, 1000000]")
+        if (isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms)
+                or not 0 < ms <= 3_600_000):
+            raise _bad(source, f"{key}[{k}].ms", ms, "must be a number in (0, 3600000]")
+        rows.append((b, n, float(ms)))
+    try:
+        CostTable.from_rows(rows)
+    except CostTableError as exc:
+        raise _bad(source, key, len(rows), str(exc)) from None
+    return tuple(rows)
+
+
+def _cost_model(raw: Any, source: str) -> CostModelConfig:
+    if isinstance(raw, Mapping) and ("table" in raw or "table_source" in raw):
+        raw = dict(raw)
+        cells = raw.pop("table", ())
+        # An empty table (a profile written back from a formula profile) means none.
+        table = _table_rows(cells, source) if cells not in ((), [], None) else ()
+        table_source = raw.pop("table_source", "")
+        if not isinstance(table_source, str):
+            raise _bad(source, "cost_model.table_source", table_source, "must be a string")
+        return replace(_section(CostModelConfig, raw, source, "cost_model"), table=table,
+                       table_source=table_source[:200])
+    return _section(CostModelConfig, raw, source, "cost_model")
+
+
 def _emulation(raw: Any, source: str) -> EmulationConfig:
     emulation = _section(EmulationConfig, raw, source, "emulation")
     if emulation.cost_mode not in COST_MODES:
@@ -304,7 +362,7 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
     if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
         raise _bad(source, "device_match", match, "must be a list of non-empty strings")
 
-    cost = _section(CostModelConfig, raw.get("cost_model"), source, "cost_model")
+    cost = _cost_model(raw.get("cost_model"), source)
     emulation = _emulation(raw.get("emulation"), source)
     sched = _section(SchedulerConfig, raw.get("scheduler"), source, "scheduler")
     if sched.min_window_ms > sched.max_window_ms:

@@ -3,7 +3,7 @@
 The device is ONE model instance that runs one batch at a time and takes exactly what the
 emulated device sleeps (``triton_backend.executors.EmulatedDevice``)::
 
-    device_ms = formula_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
+    device_ms = cost_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
 
 The policy is driven exactly as the Triton adapter drives the scheduler: ``submit`` on each
 arrival, ``schedule`` whenever the device is free, ``batch_started`` / ``batch_finished``
@@ -28,7 +28,7 @@ import itertools
 import math
 from typing import Any, Sequence
 
-from .cost_model import batch_shape, formula_ms
+from .cost_model import batch_shape, cost_ms
 from .policy import BatchingPolicy, QueueFull, RejectReason, decide, wake_time
 from .profile import CostModelConfig
 from .request import QueuedRequest
@@ -43,7 +43,7 @@ _SLA_EPS_MS = 1e-9
 def device_ms(cost_model: CostModelConfig, lengths: Sequence[int], cost_mode: str = "padded",
               time_scale: float = 1.0) -> float:
     """What the emulated device takes for a batch with these lengths (ms)."""
-    return formula_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
+    return cost_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
 
 
 def simulate(policy: BatchingPolicy, arrivals: Sequence[Any], cost_model: CostModelConfig,
@@ -168,7 +168,7 @@ class _Run:
         """Run ``decision.batch`` on the device from ``now``; returns its end time."""
         batch = decision.batch
         shape = batch_shape([r.seq_len for r in batch], self.cost_mode)
-        duration = formula_ms(self.cost_model, shape) * self.time_scale / 1000.0
+        duration = cost_ms(self.cost_model, shape) * self.time_scale / 1000.0
         for req in batch:
             self.dispatch[req.request_id] = now
         policy.batch_started(batch, now)

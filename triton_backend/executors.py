@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scheduler_core.cost_model import batch_shape, formula_ms
+from scheduler_core.cost_model import batch_shape, cost_ms
 from scheduler_core.profile import CostModelConfig, EmulationConfig
 
 EMBEDDING_DIM = 384
@@ -56,7 +56,7 @@ class EmulatedDevice:
     def batch_ms(self, lengths: Sequence[int]) -> float:
         """Wall time (ms) the emulated device takes for a batch with these lengths."""
         shape = batch_shape(lengths, self.emulation.cost_mode)
-        return formula_ms(self.cost, shape) * self.emulation.time_scale
+        return cost_ms(self.cost, shape) * self.emulation.time_scale
 
     def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
         if self.fault_token and any(self.fault_token in s for s in sequences):

@@ -1,0 +1,56 @@
+"""Measured cost tables in and out of hardware profiles (``explicit-batching calibrate
+--table-json`` / ``--measure-table``).
+
+A table file is the JSON that ``scripts/gpu_bench.py``, ``--measure-table`` and
+``../shared/gpu/h200_minilm_costs.json`` write: ``{"rows": [{"batch", "length", "ms"}],
+"device": ..., "date": ...}``. Writing it into a profile sets ``cost_model.table`` (the
+scheduler's seed, refit online) and ``cost_model.table_source``; every other line of the
+profile stays as it was, and the result is validated before it replaces anything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from scheduler_core.profile import HardwareProfile, ProfileError
+
+Row = tuple[int, int, float]
+
+
+def rows_from_document(doc: Any, where: str) -> list[Row]:
+    """``[(batch, length, ms)]`` from a table document (``{"rows": [...]}`` or a bare list of
+    ``{"batch", "length", "ms"}`` mappings / ``[b, L, ms]`` triples)."""
+    rows = doc.get("rows") if isinstance(doc, Mapping) else doc
+    if not isinstance(rows, list) or not rows:
+        raise ProfileError(f"{where}: expected a non-empty 'rows' list of batch/length/ms cells")
+    out = []
+    for k, cell in enumerate(rows):
+        if isinstance(cell, Mapping):
+            cell = (cell.get("batch"), cell.get("length"), cell.get("ms"))
+        if not isinstance(cell, (list, tuple)) or len(cell) != 3:
+            raise ProfileError(f"{where}: rows[{k}] is not a batch/length/ms cell")
+        out.append((cell[0], cell[1], cell[2]))
+    return out
+
+
+def read_table_json(path: str) -> tuple[list[Row], str]:
+    """(rows, source note) from a table JSON file."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    rows = rows_from_document(doc, path)
+    parts = [str(doc.get(k)) for k in ("device", "date") if isinstance(doc, Mapping) and doc.get(k)]
+    source = "measured" + (" on " + ", ".join(parts) if parts else f" ({path})")
+    return rows, source
+
+
+def write_table_profile(base_path: str, out_path: str, rows: Sequence[Row], source: str,
+                        comment: str | None = None) -> HardwareProfile:
+    """``base_path`` with ``cost_model.table`` = ``rows`` written to ``out_path`` (validated;
+    its name becomes the file's stem unless it is the base itself)."""
+    from .calibrate_cmd import write_profile  # noqa: PLC0415 - the one profile editor
+
+    table = [[int(b), int(n), round(float(ms), 4)] for b, n, ms in rows]
+    return write_profile(base_path, out_path,
+                         {"cost_model": {"table_source": source[:200], "table": table}},
+                         comment=comment, rename=out_path != base_path)

@@ -1,0 +1,183 @@
+"""A measured batch cost table: milliseconds per (batch size, padded length), interpolated.
+
+Real devices are not a line. Eager MiniLM on an H200 costs about 3.9 ms for any batch up
+to ~4k tokens (launch-bound), then grows with the tokens (``../shared/gpu``): a
+``fixed + per_token`` formula is wrong on one side or the other. A grid of measured cells
+represents both regions:
+
+* inside the grid, bilinear interpolation in (batch size, length);
+* below the smallest batch size or length, the edge cell's cost (costs do not fall);
+* past the largest, linear extrapolation from the last two cells (never falling), so a
+  flat-then-linear device keeps growing at its measured slope.
+
+``CostTable`` is immutable; ``RefitTable`` carries one multiplicative factor per cell,
+fitted online from observed batches: a batch corrects the four cells around its shape in
+proportion to their interpolation weights, so the flat region and the growth region are
+corrected separately (one global ratio cannot fit both).
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
+
+MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
+
+
+class CostTableError(ValueError):
+    """A table's rows do not form a usable grid."""
+
+
+def _segment(axis: Sequence[float], x: float) -> tuple[int, float]:
+    """(i, t): ``x`` lies between axis[i] and axis[i + 1] at fraction t (t > 1 past the
+    end: extrapolation; clamped to 0 before the start)."""
+    if len(axis) == 1:
+        return 0, 0.0
+    i = bisect_right(axis, x) - 1
+    if i < 0:
+        return 0, 0.0
+    i = min(i, len(axis) - 2)
+    return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def _along(v0: float, v1: float, t: float) -> float:
+    """Linear between two cells; past the second, never below it (costs do not fall)."""
+    value = v0 + (v1 - v0) * t
+    return max(value, v1) if t > 1.0 else value
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Milliseconds per batch of ``batch`` sequences ``length`` tokens long (padded)."""
+
+    batch_sizes: tuple[int, ...]
+    lengths: tuple[int, ...]
+    ms: tuple[tuple[float, ...], ...]  # ms[i][j]: batch_sizes[i] x lengths[j]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Row]) -> "CostTable":
+        """A full grid from measured cells; a missing cell is extrapolated from its row
+        (along the length) or, for a row with no cell, from its column."""
+        cells: dict[tuple[int, int], float] = {}
+        for b, n, ms in rows:
+            if (b, n) in cells:
+                raise CostTableError(f"cell batch={b} length={n} given twice")
+            cells[(b, n)] = float(ms)
+        if not cells:
+            raise CostTableError("a cost table needs at least one measured cell")
+        batch_sizes = tuple(sorted({b for b, _ in cells}))
+        lengths = tuple(sorted({n for _, n in cells}))
+        for name, axis in (("batch sizes", batch_sizes), ("lengths", lengths)):
+            if len(axis) > MAX_AXIS_POINTS:
+                raise CostTableError(f"at most {MAX_AXIS_POINTS} {name}, got {len(axis)}")
+        grid = [[cells.get((b, n)) for n in lengths] for b in batch_sizes]
+        for i, b in enumerate(batch_sizes):
+            known = [(n, grid[i][j]) for j, n in enumerate(lengths) if grid[i][j] is not None]
+            if known:
+                grid[i] = [_fill(known, n) if v is None else v for n, v in zip(lengths, grid[i])]
+        for j, n in enumerate(lengths):
+            known = [(b, grid[i][j]) for i, b in enumerate(batch_sizes) if grid[i][j] is not None]
+            for i, b in enumerate(batch_sizes):
+                if grid[i][j] is None:
+                    grid[i][j] = _fill(known, b)
+        return cls(batch_sizes, lengths, tuple(tuple(r) for r in grid))
+
+    def rows(self) -> list[Row]:
+        return [(b, n, self.ms[i][j]) for i, b in enumerate(self.batch_sizes)
+                for j, n in enumerate(self.lengths)]
+
+    def lookup_ms(self, batch_size: float, length: float) -> float:
+        """Interpolated cost of ``batch_size`` sequences padded to ``length`` tokens."""
+        return _interpolate(self.batch_sizes, self.lengths, self.ms, batch_size, length)
+
+    def flat_ms(self) -> float:
+        """The launch-bound floor: the median cost of one sequence over the measured
+        lengths (what a request saves the device by joining a batch instead)."""
+        first = sorted(self.ms[0])
+        return first[len(first) // 2]
+
+
+def _fill(known: list[tuple[int, float]], x: int) -> float:
+    """A missing cell from the known ones on its line: interpolated between neighbours,
+    extrapolated from the last two past the end, proportional to x with one point."""
+    if len(known) == 1:
+        x0, v0 = known[0]
+        return v0 * max(1.0, x / x0)
+    xs = [k for k, _ in known]
+    i, t = _segment(xs, x)
+    return max(0.0, _along(known[i][1], known[i + 1][1], t))
+
+
+def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
+                 ms: Sequence[Sequence[float]], b: float, n: float) -> float:
+    i, tb = _segment(batch_sizes, b)
+    r0 = ms[i]
+    if len(lengths) == 1:
+        lo = r0[0]
+        hi = ms[i + 1][0] if len(batch_sizes) > 1 else lo
+    else:
+        j, tn = _segment(lengths, n)
+        lo = _along(r0[j], r0[j + 1], tn)
+        if len(batch_sizes) == 1:
+            return lo
+        r1 = ms[i + 1]
+        hi = _along(r1[j], r1[j + 1], tn)
+    return _along(lo, hi, tb) if len(batch_sizes) > 1 else lo
+
+
+class RefitTable:
+    """A ``CostTable`` (the seed) times one factor per cell, refit from observed batches.
+
+    ``observe`` moves the factors of the (up to) four cells around the batch's shape
+    toward observed/predicted, each by ``smoothing`` times its interpolation weight; cells
+    far from any observed batch keep their seed."""
+
+    def __init__(self, seed: CostTable, smoothing: float = 0.2):
+        self.seed = seed
+        self.smoothing = smoothing
+        self.factors = [[1.0] * len(seed.lengths) for _ in seed.batch_sizes]
+        self._ms = [list(r) for r in seed.ms]
+
+    def lookup_ms(self, batch_size: float, length: float) -> float:
+        return _interpolate(self.seed.batch_sizes, self.seed.lengths, self._ms, batch_size,
+                            length)
+
+    def observe(self, batch_size: float, length: float, duration_ms: float) -> None:
+        predicted = self.lookup_ms(batch_size, length)
+        if predicted <= 0 or duration_ms <= 0 or not math.isfinite(duration_ms):
+            return
+        ratio = min(max(duration_ms / predicted, 0.05), 20.0)
+        seed = self.seed
+        i, tb = _segment(seed.batch_sizes, batch_size)
+        j, tn = _segment(seed.lengths, length)
+        tb, tn = min(max(tb, 0.0), 1.0), min(max(tn, 0.0), 1.0)
+        for di, wb in ((0, 1.0 - tb), (1, tb)):
+            for dj, wn in ((0, 1.0 - tn), (1, tn)):
+                ci, cj = i + di, j + dj
+                weight = wb * wn
+                if weight <= 0 or ci >= len(seed.batch_sizes) or cj >= len(seed.lengths):
+                    continue
+                f = self.factors[ci][cj]
+                f += self.smoothing * weight * (ratio - 1.0) * f
+                self.factors[ci][cj] = f
+                self._ms[ci][cj] = seed.ms[ci][cj] * f
+
+    def flat_ms(self) -> float:
+        """``CostTable.flat_ms`` of the refit cells."""
+        first = sorted(self._ms[0])
+        return first[len(first) // 2]
+
+    def mean_factor(self) -> float:
+        flat = [f for row in self.factors for f in row]
+        return sum(flat) / len(flat)
+
+    def table(self) -> CostTable:
+        """The refit table (what ``explicit-batching calibrate`` can write back)."""
+        return CostTable(self.seed.batch_sizes, self.seed.lengths,
+                         tuple(tuple(r) for r in self._ms))
