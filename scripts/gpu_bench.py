@@ -451,7 +451,7 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
         + (f" (parameter device={device_param})" if device_param else ""))
     server.start()
     try:
-        server.wait_ready(min(settings.server_start_timeout_s, max(30.0, clock.left() - 60)))
+        server.wait_ready(min(settings.server_start_timeout_s, max(30.0, clock.left() - 30)))
         results["timeline"]["server_ready_s"] = clock.elapsed()
         log(f"server ready after {clock.elapsed():.0f} s of the run (gRPC {server.grpc_url})")
         results["sanity"] = sanity_check(server, models)
