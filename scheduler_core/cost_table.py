@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
 
 MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
+MEMO_LIMIT = 65536  # memoised lookups kept between refits
 
 
 class CostTableError(ValueError):
@@ -116,19 +117,49 @@ def _fill(known: list[tuple[int, float]], x: int) -> float:
 
 def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
                  ms: Sequence[Sequence[float]], b: float, n: float) -> float:
-    i, tb = _segment(batch_sizes, b)
-    r0 = ms[i]
-    if len(lengths) == 1:
-        lo = r0[0]
-        hi = ms[i + 1][0] if len(batch_sizes) > 1 else lo
+    """Bilinear in (b, n) over the grid; ``_segment`` and ``_along`` inlined (the batch
+    former calls this for every new shape it considers)."""
+    nb, nn = len(batch_sizes), len(lengths)
+    if nn == 1:
+        j, tn = 0, 0.0
     else:
-        j, tn = _segment(lengths, n)
-        lo = _along(r0[j], r0[j + 1], tn)
-        if len(batch_sizes) == 1:
-            return lo
-        r1 = ms[i + 1]
-        hi = _along(r1[j], r1[j + 1], tn)
-    return _along(lo, hi, tb) if len(batch_sizes) > 1 else lo
+        j = bisect_right(lengths, n) - 1
+        if j < 0:
+            j, tn = 0, 0.0
+        else:
+            if j > nn - 2:
+                j = nn - 2
+            tn = (n - lengths[j]) / (lengths[j + 1] - lengths[j])
+    if nb == 1:
+        i, tb = 0, 0.0
+    else:
+        i = bisect_right(batch_sizes, b) - 1
+        if i < 0:
+            i, tb = 0, 0.0
+        else:
+            if i > nb - 2:
+                i = nb - 2
+            tb = (b - batch_sizes[i]) / (batch_sizes[i + 1] - batch_sizes[i])
+    r0 = ms[i]
+    if nn == 1:
+        lo = r0[0]
+    else:
+        a, c = r0[j], r0[j + 1]
+        lo = a + (c - a) * tn
+        if tn > 1.0 and lo < c:
+            lo = c
+    if nb == 1:
+        return lo
+    r1 = ms[i + 1]
+    if nn == 1:
+        hi = r1[0]
+    else:
+        a, c = r1[j], r1[j + 1]
+        hi = a + (c - a) * tn
+        if tn > 1.0 and hi < c:
+            hi = c
+    value = lo + (hi - lo) * tb
+    return hi if tb > 1.0 and value < hi else value
 
 
 class RefitTable:
@@ -143,15 +174,25 @@ class RefitTable:
         self.smoothing = smoothing
         self.factors = [[1.0] * len(seed.lengths) for _ in seed.batch_sizes]
         self._ms = [list(r) for r in seed.ms]
+        self._memo: dict[tuple[float, float], float] = {}
 
     def lookup_ms(self, batch_size: float, length: float) -> float:
-        return _interpolate(self.seed.batch_sizes, self.seed.lengths, self._ms, batch_size,
-                            length)
+        # Memoised until the next refit: the batch former asks for the same few shapes
+        # hundreds of times per decision.
+        key = (batch_size, length)
+        value = self._memo.get(key)
+        if value is None:
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            value = self._memo[key] = _interpolate(self.seed.batch_sizes, self.seed.lengths,
+                                                   self._ms, batch_size, length)
+        return value
 
     def observe(self, batch_size: float, length: float, duration_ms: float) -> None:
         predicted = self.lookup_ms(batch_size, length)
         if predicted <= 0 or duration_ms <= 0 or not math.isfinite(duration_ms):
             return
+        self._memo.clear()
         ratio = min(max(duration_ms / predicted, 0.05), 20.0)
         seed = self.seed
         i, tb = _segment(seed.batch_sizes, batch_size)

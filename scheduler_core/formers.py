@@ -10,6 +10,10 @@ decision into the logs and the metrics.
   padded-token limits.
 * ``length_aware``: the design's explicit control - urgency order, priority slots,
   compute-aware splitting by length (padding waste), reserved capacity for urgent arrivals.
+  On a profile with a measured cost table the splitting reads the table: inside the
+  device's flat, launch-bound region padding is free and the batch fills; past it a
+  candidate joins only if what it adds to the batch's cost is at most its share of an
+  efficient batch of its own length.
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.
@@ -164,27 +168,46 @@ class LengthAwareFormer:
         span = longest * size  # its padded tokens if the candidate is not longer
         # Every check below only skips a candidate, so their order is free: the cheapest
         # and most selective first (padding waste rejects most candidates).
+        # A measured table (est.table) says what padding really costs: inside a device's
+        # flat, launch-bound region nothing, so the batch fills up; where cost grows with
+        # tokens a candidate may add at most max_padding_waste to what the batch would cost
+        # unpadded. Without a table, the padded-token share stands in for the cost.
+        table = est.table
+        efficient_size = max(1, math.ceil(ctl.min_batch_fill * cfg.max_batch_size))
+        flat_limit_ms = (1.0 + max_waste) * table.flat_ms() * scale if table else 0.0
         for urgent, ok, n, slot in zip(urgent_flags, islice(feasible, 1, stop),
                                        islice(lengths, 1, stop), islice(top, 1, stop)):
             if n <= longest:
                 new_longest, new_span = longest, span
             else:
                 new_longest, new_span = n, n * size
-            # Compute-aware splitting (padded): too much padding, unless on a priority slot.
-            if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
-                    urgent and priority_slots > 0):
-                continue
             if new_span > max_tokens:
                 continue
+            if table is None:
+                # Compute-aware splitting (padded): too much padding, unless on a priority slot.
+                if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
+                        urgent and priority_slots > 0):
+                    continue
+                if padded:
+                    candidate_ms = (fixed + per_seq * size + per_tok * new_span
+                                    + per_sq * (new_span * new_longest)) * scale * corr
+                else:
+                    candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
+                                    + per_sq * (squared + n * n)) * scale * corr
+            else:
+                candidate_ms = table.lookup_ms(
+                    size, new_longest if padded else (real + n) / size) * scale
+                # Inside the flat (launch-bound) region the batch just fills. Past it, a
+                # candidate joins only if what it adds to the batch's cost is at most its
+                # share of an efficient batch of its own length.
+                if check_waste and candidate_ms > flat_limit_ms and (
+                        candidate_ms - est_ms > (1.0 + max_waste) * items[slot].efficient_ms
+                        / max(1, min(efficient_size, max_tokens // n))) and not (
+                        urgent and priority_slots > 0):
+                    continue
             if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
                     seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
                 continue
-            if padded:
-                candidate_ms = (fixed + per_seq * size + per_tok * new_span
-                                + per_sq * (new_span * new_longest)) * scale * corr
-            else:
-                candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
-                                + per_sq * (squared + n * n)) * scale * corr
             if candidate_ms > duration_cap_ms:
                 continue
             if ok:

@@ -179,6 +179,11 @@ class ControlConfig:
     # Requests whose deadline cannot be met even alone and at once: "serve_late" (served
     # after feasible work, counted) or "reject" (UNAVAILABLE at the next scheduling step).
     infeasible_policy: str = "reject"
+    # Refuse only what the estimate says misses its deadline by more than this (ms at
+    # device speed, scaled like the costs on an emulated device): an estimate is never
+    # exact, and a request refused that would have made it is a loss Triton's batcher
+    # never has. 0 = refuse on any predicted miss.
+    infeasible_margin_ms: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "priority_slots": (0, 4096),
     "max_padding_waste": (0.0, 1.0),
     "min_batch_fill": (0.0, 1.0),
+    "infeasible_margin_ms": (0.0, 60_000.0),
     "reserved_capacity": (0.0, 0.9),
     "emergency_batch_size": (1, 4096),
     "noncritical_sla_ms": (0.001, 3_600_000.0),

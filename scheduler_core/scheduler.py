@@ -194,7 +194,8 @@ class Scheduler:
         (reject policy)."""
         if not (self.control.enabled and self.control.infeasible_policy == "reject"):
             return ()
-        doomed = infeasible_entries(self._queue, start_s, self.estimator.correction,
+        margin_s = self.control.infeasible_margin_ms * self.estimator.time_scale / 1000.0
+        doomed = infeasible_entries(self._queue, start_s - margin_s, self.estimator.correction,
                                     self._behind(), self.small_queue)
         if not doomed:
             return ()

@@ -79,3 +79,50 @@ def test_inlined_cost_arithmetic_equals_the_estimator(cm, cost_mode, lengths, co
     candidate = former.form(queue, state, 0.01, flush=False)
     members = [e.seq_len for e in candidate.entries]
     assert candidate.estimated_ms == est.estimate_ms(members)
+
+
+# A launch-bound device: 4 ms for any batch up to 4,096 tokens, then 1 ms per 1,000.
+FLAT_TABLE = tuple((b, n, max(4.0, b * n / 1000.0)) for b in (1, 8, 32, 64)
+                   for n in (16, 64, 128, 256, 512))
+
+
+def _table_scheduler(control: ControlConfig = ControlConfig()) -> Scheduler:
+    est = CostEstimator(CostModelConfig(table=FLAT_TABLE), "padded")
+    return Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=16384), est, control)
+
+
+def test_inside_the_flat_region_padding_is_free_and_the_batch_fills():
+    """Lengths 16..256 would pad far past max_padding_waste, but the table says a batch of
+    them costs what one alone costs: one batch, not a batch per length."""
+    s = _table_scheduler()
+    lengths = [16, 256, 32, 128, 64, 200, 16, 100, 48, 250]
+    for i, n in enumerate(lengths):
+        s.submit(QueuedRequest(i, n, 0.0, 100.0), 0.0)
+    d = s.schedule(0.0, flush=True)
+    assert sorted(r.seq_len for r in d.batch) == sorted(lengths)
+    assert d.estimated_ms == pytest.approx(4.0, rel=0.1)
+
+
+def test_past_the_flat_region_lengths_are_grouped_where_padding_costs():
+    """64 short requests fill a flat batch; the long ones, which would pad it to 64 x 512
+    (33 ms instead of 4), are left for a batch of their own length."""
+    s = _table_scheduler()
+    for i in range(64):
+        s.submit(QueuedRequest(i, 32, 0.0, 1000.0), 0.0)
+    for i in range(64, 80):
+        s.submit(QueuedRequest(i, 512, 0.0, 1000.0), 0.0)
+    first = s.schedule(0.0, flush=True)
+    assert {r.seq_len for r in first.batch} in ({32}, {512})
+    formula = Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=16384),
+                        CostEstimator(CostModelConfig(fixed_ms=4.0, per_token_ms=0.001)),
+                        ControlConfig())
+    assert formula.formers[Mode.DEFAULT].name == "length_aware"
+
+
+@pytest.mark.parametrize("margin_ms, refused", [(0.0, True), (2.0, False)])
+def test_a_request_is_refused_only_when_it_misses_by_more_than_the_margin(margin_ms, refused):
+    s = _table_scheduler(ControlConfig(infeasible_margin_ms=margin_ms))
+    s.submit(QueuedRequest(0, 64, 0.0, 3.0), 0.0)  # alone it takes 4 ms: 1 ms late
+    d = s.schedule(0.0)
+    assert bool(d.rejected) is refused
+    assert bool(d.batch) is not refused
