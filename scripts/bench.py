@@ -13,7 +13,8 @@ Blocks, in order (``--quick`` shortens every segment and thins the grid, for a s
 ts1          t4, padded, time scale 1 (device speed): low load (20 % of capacity, P50) for
              explicit and native at delays 0 / 500 / 2000 us; overhead: same-length (64),
              no-SLA traffic at rising fixed rates, the highest rate each model sustains,
-             and the explicit path's CPU per request.
+             the explicit path's CPU per request, and the closed-loop peak (perf_analyzer,
+             concurrency 64, same length, no SLA) of explicit and of both natives.
 emulated     for t4 and a100 x padded and ragged: the native sweep at 70 % load (every
              max_queue_delay x preferred_batch_size option), then the grid with the
              goodput-best native setting: Poisson at 10/20/30 % (the knee ladder), Poisson
@@ -22,6 +23,24 @@ emulated     for t4 and a100 x padded and ragged: the native sweep at 70 % load 
 minilm       the real all-MiniLM-L6-v2 on this CPU (lengths 16-256): a rate ladder for
              minilm_explicit and minilm_native, the knee (throughput at >= 99 % attainment).
 decision     ``scripts/bench_decision.py``: one scheduling decision at queue depth 1000.
+h200         the ``h200_minilm`` profile: an EMULATION of MiniLM costs MEASURED on an NVIDIA
+             H200 (a cost table: flat ~3.9 ms up to ~4k tokens, then linear), native
+             max_batch_size 64 as the profile. Run twice: time-scaled (``bench_time_scale``:
+             the device bounds the rate near 200 req/s) and at time scale 1 (the host path
+             bounds it; SLAs at device speed). Each run: a closed-loop peak (perf_analyzer,
+             concurrency 64) of native at delay 0 sets the sweep's rate (70 % of it); the
+             native sweep (every delay x preferred size) picks the goodput-best native; the
+             closed-loop peaks of explicit and of that native; Poisson at 0.3-2.0x NATIVE's
+             closed-loop peak, explicit and native alternating on the same arrivals (goodput,
+             % in SLA, P50, P99, refusals, send lag, stub CPU per request). Then a host-bound
+             run (time scale 0.01: the device nearly free): closed-loop peaks of both. Issue
+             11's targets are evaluated against these figures, and the t4/a100 rows against
+             the last committed ``results/bench/bench.json`` (``git show HEAD:...``).
+             Time-scaled rows: 2 s warm-up + 6 s measured (a batch takes 0.2-1.5 s there);
+             time-scale-1 rows: 1 + 3 s. About 10 min in full, 3 in ``--quick``.
+
+One block alone, e.g. ``python scripts/bench.py --quick --blocks h200 --out-dir /tmp/b``
+(``--out-dir`` keeps a trial run out of results/bench/).
 
 The EMULATED device sleeps for each batch's modelled cost times the time scale. A time
 scale puts each profile's capacity near ``TARGET_CAPACITY_RPS`` (what 2 cores can drive);
@@ -46,6 +65,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -53,10 +73,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from operator_tools import benchmark as B  # noqa: E402
+from operator_tools.benchmark_mode import POLICY_KEY, SERVE_LATE  # noqa: E402
 from operator_tools.live import ModelControl, with_parameters  # noqa: E402
 from operator_tools.measure import (PeriodicSampler, Sample, busy_series,  # noqa: E402
                                     inside, model_sampler, padding_waste, queue_gauges)
 from operator_tools.loadgen import LoadGenerator, fixed_rate  # noqa: E402
+from operator_tools.perf_analyzer import run_request_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from scheduler_core import baselines  # noqa: E402
 from scheduler_core import workload as W  # noqa: E402
@@ -101,6 +123,27 @@ CPU_TARGET_US = 150.0
 MINI_SLA_SCALE = 5.0  # SLA classes 250/500/1000 ms: one CPU core runs a 1x256 batch in ~80 ms
 MINI_LENGTHS = W.LogNormalLengths(median=48.0, sigma=0.8, lo=16, hi=256)
 MINI_RATES = (4, 6, 8, 10, 12, 14, 17, 20, 24, 28, 34)
+
+# closed-loop peaks (perf_analyzer, gRPC): concurrency 64, measurement windows of
+# PEAK_MEASURE_MS (longer on a slowed device: x time scale / PEAK_WINDOW_TS); a 1000 %
+# stability band ends the run after its first 3 windows, whose average it reports (a peak
+# is a throughput, not a latency study, and at time scale 57 a batch takes 0.2-1.5 s, so
+# perf_analyzer's default 10 % band does not settle: "Failed to obtain stable measurement")
+PEAK_CONCURRENCY = 64
+PEAK_MEASURE_MS, QUICK_PEAK_MEASURE_MS = 2000, 1000
+PEAK_WINDOW_TS = 20.0
+PEAK_EXTRA = ("--stability-percentage", "1000", "--max-trials", "4")
+PEAK_DATA_ENTRIES = 256
+
+# h200 block (issue 11): the h200_minilm EMULATION, loads as fractions of native's
+# closed-loop peak
+H200 = "h200_minilm"
+H200_MODE = "padded"
+H200_NATIVE_MAX_BATCH = 64  # the profile's max_batch_size
+H200_LOADS = (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.3, 2.0)
+H200_QUICK_LOADS = (0.5, 1.2, 2.0)
+H200_SWEEP_LOAD = 0.7  # of native's closed-loop peak at delay 0
+HOST_BOUND_TIME_SCALE = 0.01
 
 
 def log(msg: str) -> None:
@@ -183,13 +226,19 @@ class Bench:
         return self.controls[model]
 
     def configure(self, model: str, params: dict[str, str],
-                  native: B.NativeSetting | None = None) -> None:
+                  native: B.NativeSetting | None = None,
+                  max_batch_size: int | None = None) -> None:
+        """Reload ``model`` with its config as the server first served it (the repository's
+        config.pbtxt on disk when the run started, never a text of ours) plus ``params``,
+        and for native a ``dynamic_batching`` section and optionally a max_batch_size."""
         ctl = self.control(model)
         if model not in self.base_configs:
             self.base_configs[model] = ctl.config()
         config = with_parameters(self.base_configs[model], params)
         if native is not None:
             config["dynamic_batching"] = native.dynamic_batching()
+        if max_batch_size is not None:
+            config["max_batch_size"] = int(max_batch_size)
         ctl.load(config)
 
     def _repository(self, action: str, model: str) -> None:
@@ -259,6 +308,41 @@ class Bench:
         self.segments += 1
         return stats
 
+    def success_count(self, model: str) -> int | None:
+        """Triton's count of requests ``model`` answered successfully (statistics API)."""
+        import tritonclient.http as httpclient  # noqa: PLC0415
+        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=30.0)
+        try:
+            stats = client.get_inference_statistics(model)
+            return sum(int(m["inference_stats"]["success"]["count"])
+                       for m in stats.get("model_stats", []))
+        except Exception:  # noqa: BLE001 - a missing figure only blanks one cell
+            return None
+        finally:
+            client.close()
+
+    def closed_loop_peak(self, model: str, input_data: str, measure_ms: int) -> dict:
+        """perf_analyzer closed loop (gRPC, ``PEAK_CONCURRENCY`` in flight) on ``input_data``:
+        throughput, P50/P99, and the stub's CPU per request answered during the whole run
+        (warm-up included; Triton's success count). ``error`` when perf_analyzer failed."""
+        self._queue_idle(model)
+        stub = find_stub(self.server.process.pid, self.server.model_repository, model)
+        n0, c0 = self.success_count(model), cpu_s(stub)
+        try:
+            r = run_request_rate(self.server.grpc_url, model, input_data, 0, measure_ms,
+                                 protocol="grpc", extra=PEAK_EXTRA, timeout_s=180,
+                                 concurrency=PEAK_CONCURRENCY)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+            return {"error": " / ".join(lines[-2:])[:300] or repr(exc)}
+        n1, c1 = self.success_count(model), cpu_s(stub)
+        answered = None if None in (n0, n1) else n1 - n0
+        cpu_us = (None if None in (c0, c1) or not answered else (c1 - c0) * 1e6 / answered)
+        self.segments += 1
+        return {"throughput_rps": r.throughput, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
+                "requests": answered, "stub_cpu_us_per_request": cpu_us,
+                "concurrency": PEAK_CONCURRENCY, "error": None}
+
 
 # -- simulation ---------------------------------------------------------------------------
 
@@ -292,6 +376,9 @@ class Timing:
 
 TIMING = Timing(warmup_s=1.0, measure_s=3.0, fluctuation_s=4.0)
 QUICK_TIMING = Timing(warmup_s=0.5, measure_s=1.5, fluctuation_s=2.0)
+# h200 time-scaled: a batch takes 0.2-1.5 s at time scale 57 and native's closed-loop peak
+# is ~55 req/s there, so a row at 0.3x would see only ~50 requests in 3 s
+H200_SCALED_TIMING = Timing(warmup_s=2.0, measure_s=6.0, fluctuation_s=6.0)
 
 
 def run_emulated_block(bench: Bench, name: str, cost_mode: str, quick: bool) -> dict:
@@ -421,6 +508,186 @@ def run_ts1_block(bench: Bench, quick: bool) -> dict:
             for k, v in row.items() if k != "rate_rps"))
         if not any(alive.values()):
             break
+
+    # closed-loop peak on the same-length traffic: explicit and both natives
+    peak_ms = peak_window_ms(quick, 1.0)
+    with tempfile.TemporaryDirectory(prefix="bench-ts1-") as tmp:
+        data = write_input_data(os.path.join(tmp, "same_length.json"),
+                                [(OVERHEAD_SEQ_LEN, None)] * 16)
+        closed = {"concurrency": PEAK_CONCURRENCY, "seq_len": OVERHEAD_SEQ_LEN,
+                  "explicit": explicit_peak(bench, params, data, peak_ms), "native": []}
+        for setting in OVERHEAD_NATIVE:
+            bench.configure(NATIVE, params, setting)
+            closed["native"].append({"setting": setting,
+                                     "peak": bench.closed_loop_peak(NATIVE, data, peak_ms)})
+    out["closed_loop"] = closed
+    log(f"closed loop (same length, concurrency {PEAK_CONCURRENCY}): explicit "
+        f"{_peak_text(closed['explicit'])}; " + ", ".join(
+            f"native {e['setting'].label} {_peak_text(e['peak'])}" for e in closed["native"]))
+    return out
+
+
+def peak_window_ms(quick: bool, time_scale: float) -> int:
+    """perf_analyzer's measurement window for a closed-loop peak at ``time_scale``."""
+    base = QUICK_PEAK_MEASURE_MS if quick else PEAK_MEASURE_MS
+    return int(round(base * max(1.0, time_scale / PEAK_WINDOW_TS)))
+
+
+def write_input_data(path: str, entries: list[tuple[int, float | None]]) -> str:
+    """perf_analyzer ``--input-data`` JSON: one entry per (length, SLA ms or None), the ids
+    as the load generator makes them (101 ... 102, ids in 1000..29999)."""
+    import numpy as np  # noqa: PLC0415
+    rng = np.random.default_rng(SEED)
+    data = []
+    for seq_len, sla_ms in entries:
+        length = max(2, int(seq_len))
+        ids = [101, *(int(x) for x in rng.integers(1000, 30000, size=length - 2)), 102]
+        entry = {"INPUT_IDS": {"content": ids, "shape": [length]}}
+        if sla_ms is not None:
+            entry["SLA_MS"] = {"content": [float(sla_ms)], "shape": [1]}
+        data.append(entry)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"data": data}, fh)
+    return path
+
+
+def mix_entries(slas, n: int = PEAK_DATA_ENTRIES) -> list[tuple[int, float | None]]:
+    """The open-loop rows' traffic for a closed loop: the long-tailed length mix, the SLA
+    classes in turn (equal weights, as SlaMix draws them); ``slas`` None: no SLA input."""
+    lengths = W.sample_lengths(n, SEED + 7, LENGTHS)
+    return [(L, None if slas is None else slas[i % len(slas)]) for i, L in enumerate(lengths)]
+
+
+def explicit_peak(bench: Bench, params: dict[str, str], input_data: str,
+                  measure_ms: int) -> dict:
+    """The explicit model's closed-loop peak with ``control.infeasible_policy=serve_late``
+    (perf_analyzer stops at the first refused request); its config restored after."""
+    bench.configure(EXPLICIT, {**params, POLICY_KEY: SERVE_LATE})
+    try:
+        return bench.closed_loop_peak(EXPLICIT, input_data, measure_ms)
+    finally:
+        bench.configure(EXPLICIT, params)
+
+
+def _peak_text(peak: dict) -> str:
+    if peak.get("error"):
+        return f"failed ({peak['error']})"
+    return f"{peak['throughput_rps']:.0f} req/s (p50 {peak['p50_ms']:.1f} ms)"
+
+
+def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
+                 rows_timing: Timing) -> dict:
+    """One run of the h200 block at ``time_scale``: native sweep, closed-loop peaks, then
+    the open-loop rows at fractions of native's closed-loop peak."""
+    ts = float(time_scale)
+    params = emulated_params(H200, H200_MODE, ts)
+    slas = tuple(c * ts for c in SLA_CLASSES_MS)
+    timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
+    warm = rows_timing.warmup_s
+    peak_ms = peak_window_ms(quick, ts)
+    cap = capacity_at_device_speed(H200, H200_MODE) / ts
+    tag = f"ts{ts:g}"
+    data_e = write_input_data(os.path.join(tmp, f"h200_{tag}_sla.json"), mix_entries(slas))
+    data_n = write_input_data(os.path.join(tmp, f"h200_{tag}.json"), mix_entries(None))
+    run = {"profile": H200, "cost_mode": H200_MODE, "time_scale": ts, "sla_classes_ms": slas,
+           "capacity_rps": cap, "native_max_batch_size": H200_NATIVE_MAX_BATCH,
+           "warmup_s": warm, "measure_s": rows_timing.measure_s,
+           "sweep_s": rows_timing.fluctuation_s, "client_timeout_s": timeout_s,
+           "peak_measure_ms": peak_ms, "sweep": [], "rows": []}
+    log(f"block h200 at time scale {ts:g}: simulator capacity {cap:.1f} req/s, SLA classes "
+        f"{'/'.join(f'{x:g}' for x in slas)} ms")
+    bench.configure(EXPLICIT, params)
+
+    # 1. native at delay 0: its closed-loop peak sets the sweep's rate
+    settings = B.native_sweep(NATIVE_DELAYS_US, NATIVE_PREFERRED)
+    if quick:
+        settings = settings[:2]
+    bench.configure(NATIVE, params, settings[0], H200_NATIVE_MAX_BATCH)
+    pre = bench.closed_loop_peak(NATIVE, data_n, peak_ms)
+    run["sweep_reference_peak"] = {"setting": settings[0], "peak": pre}
+    ref = pre.get("throughput_rps") or cap
+    run["sweep_rate_rps"] = H200_SWEEP_LOAD * ref
+    log(f"  native {settings[0].label} closed loop: {_peak_text(pre)}; sweep at "
+        f"{run['sweep_rate_rps']:.0f} req/s")
+
+    # 2. the sweep
+    dur = rows_timing.fluctuation_s
+    arrivals = arrivals_for("poisson", run["sweep_rate_rps"], warm + dur, SEED + 70, slas)
+    for setting in settings:
+        bench.configure(NATIVE, params, setting, H200_NATIVE_MAX_BATCH)
+        measured = bench.segment("native", NATIVE, arrivals, dur, False, timeout_s, warm)
+        run["sweep"].append({"setting": setting, "measured": measured})
+        log(f"  sweep {setting.label}: goodput {measured.goodput_rps:.1f} "
+            f"attainment {measured.attainment:.1%}")
+    chosen = B.best_by(((e["setting"], e["measured"]) for e in run["sweep"]), "goodput")
+    best = chosen[0] if chosen else settings[0]
+    run["native_setting"] = best
+
+    # 3. closed-loop peaks: the best native, then explicit
+    bench.configure(NATIVE, params, best, H200_NATIVE_MAX_BATCH)
+    peaks = {"native": bench.closed_loop_peak(NATIVE, data_n, peak_ms),
+             "explicit": explicit_peak(bench, params, data_e, peak_ms)}
+    run["peaks"] = peaks
+    native_peak = peaks["native"].get("throughput_rps")
+    if native_peak:
+        run["load_reference"] = "native's closed-loop peak"
+    else:  # said in the report: the rows are then fractions of something else
+        native_peak = ref
+        run["load_reference"] = ("native's closed-loop peak FAILED; loads are fractions of "
+                                 + ("native's peak at delay 0" if pre.get("throughput_rps")
+                                    else "the simulator's capacity"))
+    run["native_peak_rps"] = native_peak
+    log(f"  native {best.label}; closed loop: native {_peak_text(peaks['native'])}, "
+        f"explicit {_peak_text(peaks['explicit'])}")
+
+    # 4. open loop at fractions of native's peak, alternating on the same arrivals
+    dur = rows_timing.measure_s
+    loads = H200_QUICK_LOADS if quick else H200_LOADS
+    for i, load in enumerate(loads):
+        rate = load * native_peak
+        arrivals = arrivals_for("poisson", rate, warm + dur,
+                                SEED + 5000 + int(round(load * 100)), slas)
+        order = ("explicit", "native") if i % 2 == 0 else ("native", "explicit")
+        measured = {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
+                                        arrivals, dur, role == "explicit", timeout_s, warm)
+                    for role in order}
+        run["rows"].append({"load": load, "rate_rps": rate, "measured": measured})
+        e, n = measured["explicit"], measured["native"]
+        log(f"  {load:.1f}x ({rate:.0f} req/s): explicit {e.met / dur:.1f} in SLA/s "
+            f"({e.attainment:.1%}, P50 {e.p50_ms:.1f} ms, refused "
+            f"{e.errors.get('UNAVAILABLE', 0)}) native {n.met / dur:.1f} ({n.attainment:.1%}, "
+            f"P50 {n.p50_ms:.1f} ms); lag p99 {e.send_lag_p99_ms:.1f}/"
+            f"{n.send_lag_p99_ms:.1f} ms")
+    return run
+
+
+def run_h200_block(bench: Bench, quick: bool) -> dict:
+    """Issue 11's block: the h200_minilm EMULATION time-scaled and at time scale 1, then
+    host-bound (time scale 0.01) closed-loop peaks."""
+    out = {"profile": H200, "cost_mode": H200_MODE, "runs": [],
+           "profile_description": profile(H200).description}
+    with tempfile.TemporaryDirectory(prefix="bench-h200-") as tmp:
+        for ts in (bench_time_scale(H200), 1.0):
+            tm = QUICK_TIMING if quick else H200_SCALED_TIMING if ts > 1 else TIMING
+            out["runs"].append(run_h200_run(bench, ts, quick, tmp, tm))
+        # host-bound: the device nearly free; the native tuned at time scale 1; SLAs at
+        # device speed (x0.01 would make every request infeasible)
+        ts = HOST_BOUND_TIME_SCALE
+        params = emulated_params(H200, H200_MODE, ts)
+        setting = out["runs"][-1]["native_setting"]
+        peak_ms = peak_window_ms(quick, ts)
+        data_e = write_input_data(os.path.join(tmp, "h200_host_sla.json"),
+                                  mix_entries(SLA_CLASSES_MS))
+        data_n = write_input_data(os.path.join(tmp, "h200_host.json"), mix_entries(None))
+        bench.configure(NATIVE, params, setting, H200_NATIVE_MAX_BATCH)
+        host = {"time_scale": ts, "native_setting": setting, "sla_classes_ms": SLA_CLASSES_MS,
+                "peak_measure_ms": peak_ms,
+                "peaks": {"native": bench.closed_loop_peak(NATIVE, data_n, peak_ms),
+                          "explicit": explicit_peak(bench, params, data_e, peak_ms)}}
+        out["host_bound"] = host
+        log(f"host-bound (time scale {ts:g}) closed loop: native "
+            f"{_peak_text(host['peaks']['native'])}, explicit "
+            f"{_peak_text(host['peaks']['explicit'])}")
     return out
 
 
@@ -467,12 +734,32 @@ def run_decision_bench(quick: bool, out_dir: str) -> dict | None:
         return json.load(fh)
 
 
+BLOCKS = ("ts1", "emulated", "minilm", "decision", "h200")
+SERVER_BLOCKS = {"ts1", "emulated", "minilm", "h200"}
+
+
+def committed_baseline(path: str = "results/bench/bench.json") -> dict:
+    """The last committed report's figures (``git show HEAD:<path>``, read before this run
+    writes anything): what the t4/a100 rows are compared against."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        text = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, check=True).stdout
+        data = json.loads(text)
+    except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+        return {"source": f"git show HEAD:{path}", "error": str(exc).strip()[:200]}
+    from operator_tools import bench_report  # noqa: PLC0415
+    return {"source": f"git show HEAD:{path}", "commit": commit,
+            "started": data.get("started"), "quick": data.get("quick", False),
+            "emulated": bench_report.compact_emulated(data.get("emulated", []))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short segments, thin grid")
-    parser.add_argument("--blocks", nargs="+", default=["ts1", "emulated", "minilm",
-                                                        "decision"],
-                        choices=["ts1", "emulated", "minilm", "decision"])
+    parser.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS),
+                        help="blocks to run, in the default order (default: all)")
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES))
     parser.add_argument("--cost-modes", nargs="+", default=list(COST_MODES))
     parser.add_argument("--out-dir", default=OUT_DIR)
@@ -487,13 +774,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     os.makedirs(args.out_dir, exist_ok=True)
+    baseline = committed_baseline()
     started = time.monotonic()
     results: dict = {"command": "make bench" if not argv else
                      "python scripts/bench.py " + " ".join(map(shlex.quote, argv)),
                      "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                                 f"{platform.python_version()}",
                      "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "capacity_sample": CAPACITY_SAMPLE, "target_capacity_rps": TARGET_CAPACITY_RPS}
+                     "capacity_sample": CAPACITY_SAMPLE, "target_capacity_rps": TARGET_CAPACITY_RPS,
+                     "baseline": baseline}
     log_path = os.path.join(args.out_dir, "tritonserver.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -501,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
     server = TritonServer(DEFAULT_MODEL_REPOSITORY, log_path=log_path, exit_timeout_s=15,
                           extra_args=("--model-control-mode=explicit",
                                       *(f"--load-model={m}" for m in models)))
-    if {"ts1", "emulated", "minilm"} & set(args.blocks):
+    if SERVER_BLOCKS & set(args.blocks):
         with server:
             log(f"server ready (gRPC {server.grpc_url})")
             bench = Bench(server)
@@ -519,6 +808,13 @@ def main(argv: list[str] | None = None) -> int:
                     for m in (MINI_EXPLICIT, MINI_NATIVE):
                         bench.load(m)
                     results["minilm"] = run_minilm_block(bench, args.quick)
+                    if "h200" in args.blocks:  # back to the emulated models
+                        for m in (MINI_EXPLICIT, MINI_NATIVE):
+                            bench.unload(m)
+                        for m in models:
+                            bench.load(m)
+                if "h200" in args.blocks:
+                    results["h200"] = run_h200_block(bench, args.quick)
             finally:
                 bench.monitor.stop()
             results["lost"] = bench.lost
