@@ -623,13 +623,28 @@ def _resolve_sla_scale(text: str, time_scale: float) -> float:
               help="--step runs: serve_late reloads each setting with control.infeasible_policy="
                    "serve_late (perf_analyzer stops at the first refused request); "
                    "as-configured leaves the model's policy.")
+@click.option("--table-json", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Write this measured cost table (JSON rows of batch/length/ms, as "
+                   "scripts/gpu_bench.py writes) into --base-profile as cost_model.table, "
+                   "saved to --out. No server needed.")
+@click.option("--measure-table", is_flag=True,
+              help="Measure the cost table of the real MiniLM executor on this host "
+                   "(--device) and write it into --base-profile, saved to --out.")
+@click.option("--device", "table_device", default="cpu", show_default=True,
+              help="--measure-table: torch device (cpu, cuda:0).")
+@click.option("--budget-s", "table_budget_s", type=click.FloatRange(0.1, 600), default=10.0,
+              show_default=True, help="--measure-table: wall-clock budget.")
 @click.pass_context
 def command(ctx: click.Context, **opts) -> None:
     """Cold-start calibration (explicit control off, request-rate sweep, zone boundaries,
-    hardware profile), --reset-parameters baseline, or --step (alpha/beta walk)."""
+    hardware profile), --reset-parameters baseline, --step (alpha/beta walk), or a
+    measured cost table into a profile (--table-json / --measure-table)."""
     deps = ctx.find_object(CalibrateDeps) or CalibrateDeps()
     if opts["reset_parameters"]:
         _reset(opts)
+        return
+    if opts["table_json"] or opts["measure_table"]:
+        _write_table(opts)
         return
     if not opts["url"]:
         raise click.UsageError("--url is required (the server to calibrate against)")
@@ -641,6 +656,26 @@ def command(ctx: click.Context, **opts) -> None:
     if not opts["out_path"]:
         raise click.UsageError("--out PROFILE.yaml is required for the cold-start calibration")
     _cold_start(ctx, deps, opts, metrics_url, settings)
+
+
+def _write_table(opts: Mapping[str, Any]) -> None:
+    """--table-json / --measure-table: a measured cost table into a profile."""
+    from .cost_table_io import measure_minilm_table, read_table_json, write_table_profile
+
+    if not (opts["base_profile"] and opts["out_path"]):
+        raise click.UsageError("--table-json / --measure-table need --base-profile and --out")
+    try:
+        if opts["table_json"]:
+            rows, source = read_table_json(opts["table_json"])
+        else:
+            base = load_profile(opts["base_profile"])
+            rows, source = measure_minilm_table(base, opts["table_device"],
+                                                opts["table_budget_s"])
+        profile = write_table_profile(opts["base_profile"], opts["out_path"], rows, source)
+    except (ProfileError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{opts['out_path']}: cost_model.table with {len(profile.cost_model.table)} "
+               f"cells ({profile.cost_model.table_source}); validated")
 
 
 def _reset(opts: Mapping[str, Any]) -> None:

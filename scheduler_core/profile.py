@@ -187,6 +187,20 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
+class CalibrationConfig:
+    """Measuring the cost table on the real executor when the model loads
+    (``triton_backend.load_calibration``): a grid of batch sizes x lengths timed within a
+    wall-clock budget; the measured cells replace ``cost_model`` as the estimator's seed.
+    Only real compute is measured (the MiniLM executor): an emulated device already sleeps
+    its profile's costs, and a model behind BLS is not run before the server is up."""
+
+    at_load: bool = True
+    budget_s: float = 1.0  # on a GPU
+    cpu_budget_s: float = 0.5  # the cap on a CPU (a CPU batch of 64 x 512 takes seconds)
+    max_sequence_length: int = 512  # the grid's longest length
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     name: str
     source: str
@@ -196,6 +210,7 @@ class HardwareProfile:
     emulation: EmulationConfig
     scheduler: SchedulerConfig
     control: ControlConfig = ControlConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
 
 
 
@@ -299,7 +314,8 @@ def _emulation(raw: Any, source: str) -> EmulationConfig:
 
 
 SECTIONS = {"cost_model": CostModelConfig, "emulation": EmulationConfig,
-            "scheduler": SchedulerConfig, "control": ControlConfig}
+            "scheduler": SchedulerConfig, "control": ControlConfig,
+            "calibration": CalibrationConfig}
 
 
 def parse_override(dotted_key: str, text: str, source: str) -> tuple[str, str, Any]:
@@ -353,7 +369,7 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
     if not isinstance(raw, Mapping):
         raise _bad(source, "<document>", raw, "a profile must be a YAML mapping")
     allowed = {"name", "description", "device_match", "cost_model", "emulation", "scheduler",
-               "control"}
+               "control", "calibration"}
     for key in raw:
         if key not in allowed:
             raise _bad(source, str(key), raw[key], f"unknown key; expected one of {sorted(allowed)}")
@@ -399,4 +415,5 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
         emulation=emulation,
         scheduler=sched,
         control=control,
+        calibration=_section(CalibrationConfig, raw.get("calibration"), source, "calibration"),
     )

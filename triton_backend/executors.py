@@ -45,6 +45,8 @@ class EmulatedDevice:
     "device" is busy, as they would while a GPU kernel runs.
     """
 
+    measured_at_load = False  # it sleeps its profile's costs: nothing to measure
+
     def __init__(self, cost: CostModelConfig, emulation: EmulationConfig,
                  fault_token: int = 0):
         self.cost = cost
@@ -84,6 +86,8 @@ class MiniLMEncoder:
     ``device`` is a torch device ("cpu", "cuda:1"), chosen by the caller from the Triton
     instance's placement (``triton_backend.placement``): the encoder never moves itself to
     a GPU, so a KIND_CPU instance stays on the CPU and a KIND_GPU one uses its own GPU."""
+
+    measured_at_load = True  # real compute: its cost table is measured when the model loads
 
     def __init__(self, intra_op_threads: int = 1, device: str = "cpu"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -14,7 +14,8 @@ from scheduler_core.profile import CostModelConfig, ProfileError, profile_from_m
 from scheduler_core.profile_files import load_profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-H200_JSON = os.path.join(REPO, "..", "shared", "gpu", "h200_minilm_costs.json")
+# The H200 measurement (a copy of ../shared/gpu/h200_minilm_costs.json, taken on the device).
+H200_JSON = os.path.join(REPO, "results", "gpu", "h200_minilm_costs.json")
 H200_MINILM = os.path.join(REPO, "model_repository", "emulated_explicit", "profiles",
                            "h200_minilm.yaml")
 

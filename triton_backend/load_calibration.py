@@ -1,0 +1,81 @@
+"""Measure the device's cost table when the model loads, and make it the estimator's seed.
+
+``calibrate_at_load(profile, executor, on_gpu)`` times the executor on a grid of batch
+sizes x lengths (``device_calibration.measure_cost_table``) within the profile's budget
+(``calibration.budget_s`` on a GPU, capped at ``calibration.cpu_budget_s`` on a CPU) and
+returns the profile with ``cost_model.table`` set to what was measured. Cells the budget
+left out are filled from the profile's own cost model times the median measured/seed
+ratio, so a partial measurement still corrects the whole table. The scheduler then refits
+the table online, region by region.
+
+Only real compute is measured (an executor whose ``measured_at_load`` is true: MiniLM). An
+emulated device sleeps exactly its profile's cost, so measuring it would only add start-up
+time; a model behind BLS cannot be run before the server is up.
+
+No Triton import: the adapter logs the returned note.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+from scheduler_core.cost_model import batch_shape, cost_ms
+from scheduler_core.profile import HardwareProfile
+
+from .device_calibration import CalibrationResult, calibration_grid, measure_cost_table
+
+
+def fill_rows(profile: HardwareProfile, measured: list[tuple[int, int, float]],
+              batch_sizes: list[int], lengths: list[int],
+              max_batch_tokens: int) -> list[tuple[int, int, float]]:
+    """Every grid cell within the token limit: measured where it was, else the profile's
+    seed cost times the median measured/seed ratio."""
+    seed = profile.cost_model
+
+    def seed_ms(b: int, n: int) -> float:
+        return cost_ms(seed, batch_shape([n] * b, "padded"))
+
+    have = {(b, n): ms for b, n, ms in measured}
+    ratios = [ms / seed_ms(b, n) for (b, n), ms in have.items() if seed_ms(b, n) > 0]
+    ratio = statistics.median(ratios) if ratios else 1.0
+    rows = []
+    for b in batch_sizes:
+        for n in lengths:
+            if b * n > max_batch_tokens and (b, n) not in have:
+                continue
+            ms = have.get((b, n))
+            rows.append((b, n, ms if ms is not None else max(seed_ms(b, n) * ratio, 1e-6)))
+    return rows
+
+
+def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
+                      device_name: str = "") -> tuple[HardwareProfile, CalibrationResult | None, str]:
+    """(profile to schedule with, the measurement or None, one line for the load log)."""
+    cal = profile.calibration
+    if not cal.at_load:
+        return profile, None, "cost table: not measured (calibration.at_load is false)"
+    if not getattr(executor, "measured_at_load", False):
+        return profile, None, (f"cost table: not measured ({type(executor).__name__} is not "
+                               "real compute); the profile's cost model is the seed")
+    budget_s = cal.budget_s if on_gpu else min(cal.budget_s, cal.cpu_budget_s)
+    if budget_s <= 0:
+        return profile, None, "cost table: not measured (budget 0)"
+    sched = profile.scheduler
+    batch_sizes, lengths = calibration_grid(sched.max_batch_size, cal.max_sequence_length,
+                                            sched.max_batch_tokens)
+    result = measure_cost_table(executor.run, batch_sizes, lengths, budget_s,
+                                max_batch_tokens=sched.max_batch_tokens)
+    if not result.rows:
+        return profile, result, (f"cost table: no cell fit the {budget_s:g} s budget; the "
+                                 "profile's cost model is the seed")
+    measured = [(r["batch"], r["length"], r["ms"]) for r in result.rows]
+    rows = fill_rows(profile, measured, batch_sizes, lengths, sched.max_batch_tokens)
+    where = device_name or ("GPU" if on_gpu else "CPU")
+    source = (f"measured at load on {where}: {len(measured)} of {len(rows)} cells in "
+              f"{result.elapsed_s:.2f} s" + ("" if result.complete else
+                                              ", the rest from the profile's cost model"))
+    calibrated = replace(profile, cost_model=replace(profile.cost_model, table=tuple(rows),
+                                                     table_source=source))
+    return calibrated, result, "cost table: " + source
