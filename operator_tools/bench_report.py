@@ -630,7 +630,8 @@ def h200_run_targets(run: dict, add: Callable[..., None]) -> None:
     if cpu is not None:
         e, n, extra = cpu
         add("explicit stub CPU per request vs native (median over loads <= 1.0x)", scope,
-            f"explicit {e:.0f} us, native {n:.0f} us per request", extra,
+            f"explicit {e:.0f} us, native {n:.0f} us per request (each stub's CPU over the "
+            "whole segment, background work included, / requests answered)", extra,
             f"<= native + {CPU_TARGET_US:.0f} us", extra <= CPU_TARGET_US)
 
 
@@ -830,7 +831,8 @@ def h200_markdown(h200: dict) -> list[str]:
             lines.append(f"| {role} | {_peak_cells(run['peaks'].get(role))} |")
         nk, _ = h200_knee(run, "native")
         ek, _ = h200_knee(run, "explicit")
-        lines += ["", f"Open loop, load = fraction of native's closed-loop peak "
+        reference = run.get("load_reference", "native's closed-loop peak")
+        lines += ["", f"Open loop, load = fraction of {reference} "
                   f"({run['native_peak_rps']:.0f} req/s). Knee (>= 99 % in SLA, every lower "
                   f"load too): explicit {_f(ek, '{:g}x')}, native {_f(nk, '{:g}x')}. P50 at "
                   f"device speed = P50 / {ts:g}.", "",
