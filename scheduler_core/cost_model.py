@@ -100,6 +100,12 @@ class CostEstimator:
         seed = cost_table(cfg)
         self.table: RefitTable | None = RefitTable(seed, smoothing) if seed else None
 
+    @property
+    def drift_ratio(self) -> float:
+        """How far the online refit has moved the estimate from the profile's seed
+        (1 = not at all): the global correction, or a table's mean cell factor."""
+        return self.table.mean_factor() if self.table is not None else self.correction
+
     def estimate_ms(self, lengths: Sequence[int]) -> float:
         return self.estimate_shape_ms(batch_shape(lengths, self.cost_mode))
 

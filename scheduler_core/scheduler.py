@@ -43,7 +43,7 @@ class SchedulerStats:
     delay_variation: float
     batches: int
     requests: int
-    cost_correction: float
+    cost_correction: float  # the estimator's drift from its seed (1 = none)
     zone: int = 0
     prewarmed: bool = False
     zone_score: float = 0.0
@@ -62,6 +62,7 @@ class SchedulerStats:
     control_lag_ms: float = 0.0  # how late the last decision ran against control_period_ms
     utilization_source: str = "busy_fraction"
     former: str = ""  # the batch former of the current mode
+    cost_error: float = 0.0  # smoothed |measured - predicted| / measured batch time
 
 
 class Scheduler:
@@ -284,7 +285,7 @@ class Scheduler:
             delay_variation=loop.delay_variation(now_s),
             batches=c["batches"],
             requests=c["requests"],
-            cost_correction=self.estimator.correction,
+            cost_correction=self.estimator.drift_ratio,
             zone=int(state.zone),
             prewarmed=loop.zones.prewarmed,
             zone_score=loop.zones.score,
@@ -304,6 +305,7 @@ class Scheduler:
             if period_ms else 0.0,
             utilization_source=obs.utilization_source,
             former=self.formers[state.mode].name,
+            cost_error=self.estimator.error_ratio,
         )
 
     def __repr__(self) -> str:

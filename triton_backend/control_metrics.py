@@ -121,6 +121,7 @@ class ControlMetrics:
         g["control_lag_seconds"].set(stats.control_lag_ms / 1000.0)
         g["sidecar_health"].set(sidecar_health)
         g["cost_correction_ratio"].set(stats.cost_correction)
+        g["cost_estimate_error_ratio"].set(stats.cost_error)
         for name, total in (("emergency_batches_total", stats.emergency_batches),
                             ("compensation_batches_total", stats.compensation_batches)):
             delta = total - self._published_counts[name]

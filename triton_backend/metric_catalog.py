@@ -33,7 +33,10 @@ GAUGES = {
     "control_period_seconds": "Measured interval between the last two control decisions (s)",
     "control_lag_seconds": "How late the last control decision ran against its period (s)",
     "sidecar_health": "Perception sidecar: 1 ok, 0.5 degraded, 0 down, -1 disabled",
-    "cost_correction_ratio": "Online correction of the profile's cost model (observed/predicted)",
+    "cost_correction_ratio": "Online correction of the profile's cost model (observed/predicted; "
+                             "a measured table: its mean refit factor)",
+    "cost_estimate_error_ratio": "Measured vs predicted batch time: smoothed "
+                                 "|measured - predicted| / measured (0 = exact)",
 }
 COUNTERS = {
     "emergency_batches_total": "Batches sent by the emergency policy",

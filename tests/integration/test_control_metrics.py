@@ -87,6 +87,8 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
     assert 0.05 <= value(after, PREFIX + "control_period_seconds") <= 1.0
     assert value(after, PREFIX + "control_lag_seconds") >= 0.0
     assert 0.05 <= value(after, PREFIX + "cost_correction_ratio") <= 20.0
+    # The emulated device sleeps exactly the profile's cost (plus the host's jitter).
+    assert 0.0 <= value(after, PREFIX + "cost_estimate_error_ratio") < 0.5
     assert value(after, PREFIX + "profile_info", profile="t4",
                  reason="model config parameter hardware_profile") == 1.0
 
