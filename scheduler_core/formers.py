@@ -96,8 +96,19 @@ class LengthAwareFormer:
         self.estimator = estimator
         self.small_queue = small_queue
 
+    def _small_batches_pay(self, seed_len: int) -> bool:
+        """Is an emergency batch shorter than a full one? Always on the formula; on a
+        measured table not inside a flat, launch-bound region, where a batch of
+        ``emergency_batch_size`` takes as long as a full one and only wastes the device."""
+        table = self.estimator.table
+        if table is None:
+            return True
+        small = table.lookup_ms(self.control.emergency_batch_size, seed_len)
+        full = table.lookup_ms(self.cfg.max_batch_size, seed_len)
+        return full > (1.0 + self.control.max_padding_waste) * small
+
     def _limits(self, queue: EntryQueue, state: ControlState, now_s: float,
-                urgent_first: bool) -> tuple[int, float, bool, Candidate | None]:
+                urgent_first: bool, seed_len: int) -> tuple[int, float, bool, Candidate | None]:
         """(size cap, duration cap in ms, urgent lane?, or a hold) for this batch."""
         ctl = self.control
         compensation = state.compensation_size > 0
@@ -109,7 +120,8 @@ class LengthAwareFormer:
         if self.emergency and not compensation:
             # A burst (not yet a full batch behind): small batches for the most urgent.
             # Once behind, only full, efficient batches keep the device ahead of the queue.
-            if len(queue) < self.cfg.max_batch_size and urgent_first:
+            if (len(queue) < self.cfg.max_batch_size and urgent_first
+                    and self._small_batches_pay(seed_len)):
                 size_cap = min(size_cap, ctl.emergency_batch_size)
                 urgent_lane = True
             gap_end_s = state.last_finish_s + ctl.dilution_gap_ms / 1000.0
@@ -134,7 +146,7 @@ class LengthAwareFormer:
             queue, now_s, ctl, est.correction, len(queue) >= cfg.max_batch_size, 8 * cap,
             self.small_queue)
         size_cap, duration_cap_ms, urgent_lane, hold = self._limits(
-            queue, state, now_s, urgent_flags[0])
+            queue, state, now_s, urgent_flags[0], lengths[0])
         if hold is not None:
             return hold
         items = queue.items

@@ -126,3 +126,23 @@ def test_a_request_is_refused_only_when_it_misses_by_more_than_the_margin(margin
     d = s.schedule(0.0)
     assert bool(d.rejected) is refused
     assert bool(d.batch) is not refused
+
+
+@pytest.mark.parametrize("table, cap", [(FLAT_TABLE, 20), ((), 4)])
+def test_emergency_batches_stay_small_only_where_small_batches_are_faster(table, cap):
+    """Urgent requests in the danger zone: a batch of emergency_batch_size (4) on the
+    formula, which makes it shorter; on a flat table it would take as long as a full batch,
+    so the urgent batch takes every urgent request."""
+    cm = CostModelConfig(table=table) if table else CostModelConfig(fixed_ms=4.0,
+                                                                    per_token_ms=0.01)
+    est = CostEstimator(cm, "padded")
+    cfg = SchedulerConfig(max_batch_size=64, max_batch_tokens=16384)
+    ctl = ControlConfig()
+    queue = EntryQueue()
+    for i in range(20):  # each due in 6 ms: all urgent
+        req = QueuedRequest(i, 32, 0.0, 6.0)
+        queue.append(Entry(req, 0.0, est.base_parts_ms(1, 32, 32, 32 * 32),
+                           est.base_parts_ms(39, 32, 39 * 32, 39 * 32 * 32)))
+    former = make_former("length_aware_emergency", cfg, ctl, est)
+    candidate = former.form(queue, ControlLoop(cfg, ctl).state, 0.0, flush=False)
+    assert len(candidate.entries) == cap
