@@ -42,6 +42,7 @@ from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
 from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
                               check_inner_config, decode_generic, split_outputs)
+from .intake import INTAKES
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
 from .placement import Placement, PlacementError, placement
@@ -54,12 +55,42 @@ CANCEL_SWEEP_PERIOD_S = 1.0
 CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
 # Before a batch runs, only members that waited at least this long are asked whether their
 # client cancelled: each question is a round trip to the server (~0.1 ms, measured with
-# cProfile at 300 req/s), and a client rarely gives up within a few ms of sending.
-CANCEL_CHECK_MIN_WAIT_S = 0.02
+# cProfile at 300 req/s), and a client rarely gives up within a few ms of sending. It was
+# 20 ms; at the closed-loop peak (64 in flight) most members wait longer than that, and the
+# questions cost ~40 us of stub CPU per request (cProfile, time scale 0.01: 7,135 questions
+# of 0.23 ms for 42,872 requests). Those that waited less are computed even if cancelled.
+CANCEL_CHECK_MIN_WAIT_S = 0.1
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
-# model profiles its execute() calls and its scheduler thread (cProfile) and writes
-# <folder>/<model>.<execute|loop>.pstats when it unloads. Off unless set: it slows the stub.
+# model profiles its execute() calls, its scheduler thread and its responder thread
+# (cProfile) and writes <folder>/<model>.<execute|loop|respond>.pstats when it unloads.
+# Off unless set: it slows the stub.
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
+# intake: gather. A call parked while a batch runs returns at the latest after this long
+# (a safety bound: normally the batch's end releases it).
+GATHER_PARK_MAX_S = 1.0
+# ... and after this fraction of the smallest recent SLA: what queues in Triton meanwhile
+# is invisible to the plugin, which must see it in time to refuse what cannot make its
+# deadline (the reliability suite's overload case refused 24 % past the SLA at p99 with
+# only the 1 s bound, on a device slowed 10x whose batches take up to ~0.5 s).
+GATHER_PARK_SLA_FRACTION = 0.25
+# When the device frees and a call was parked, the scheduler thread lets it return and
+# may wait at most this long for the next call's requests (those that queued in Triton
+# meanwhile) before deciding; parameter gather_grace_us. Default 0 (decide at once), from
+# measurement on this 2-core machine (closed loop, 64 in flight): at time scale 0.01
+# grace 0/150/500 us gave 3,023/2,562/2,669 req/s, on issue 11's flat profile at time
+# scale 1 grace 0/500 gave 1,206/1,086. A Python thread woken from a wait needs the GIL
+# back (switch interval 5 ms): a 150 us grace lasted 836 us on average and 500 us lasted
+# 1,091 us, while the next call came within it only 51-66 % of the time. Without a grace
+# the next call still arrives soon: an idle scheduler wakes on it, and one that has just
+# dispatched leftovers meets it at the next batch.
+GATHER_GRACE_US = 0
+# A call that starts within this long after a parked call returned carries requests that
+# queued in Triton during the park (see _execute: their arrival time is estimated).
+GATHER_HAND_OVER_S = 0.005
+# Threads that build and send responses. Each send is a round trip to the server that
+# blocks its thread (~0.45 ms here under load, measured with cProfile): one thread caps
+# the model at ~2,100 responses/s whatever the batching. Parameter responder_threads.
+RESPONDER_THREADS = 4
 
 
 def _parameters(model_config: dict) -> dict[str, str]:
@@ -130,26 +161,26 @@ def _check_inner_model(args: dict, params: dict[str, str], inner: str) -> None:
             "in this model repository (inner_model_check=off for one in another repository)")
 
 
-INTAKES = ("release", "hold")
-
-
-def _intake_holds(config: dict, params: dict[str, str], model: str) -> bool:
-    """Parameter ``intake``: "release" (execute() queues its requests and returns at once;
-    the plugin alone holds them) or "hold" (execute() returns only once its requests are
-    answered: they stay Triton's until then, so a stub crash fails them instead of losing
-    them; Triton's dynamic batcher queues what arrives meanwhile and hands it over in one
-    call). Hold needs ``dynamic_batching`` in the model config, or Triton would hand over
-    one request per call."""
-    intake = params.get("intake", "") or "release"
+def _intake(config: dict, params: dict[str, str], model: str) -> str:
+    """Parameter ``intake`` (see ``intake.py``): "gather" (Triton's batcher in front;
+    execute() queues its requests and, while a batch is in flight, returns when it has
+    finished, so arrivals meanwhile come over in one call), "release" (execute() queues
+    its requests and returns at once) or "hold" (execute() returns only once its requests
+    are answered: a stub crash fails them instead of losing them). Gather and hold need
+    ``dynamic_batching`` and ``max_batch_size`` >= 2 in the model config, or Triton would
+    hand over one request per call. Unset: "gather" where the config has that front,
+    else "release"."""
+    batcher_in_front = "dynamic_batching" in config and config.get("max_batch_size", 0) >= 2
+    intake = params.get("intake", "") or ("gather" if batcher_in_front else "release")
     if intake not in INTAKES:
         raise pb_utils.TritonModelException(
             f"model '{model}': parameter intake must be one of {INTAKES}, got {intake!r}")
-    if intake == "hold" and ("dynamic_batching" not in config
-                             or config.get("max_batch_size", 0) < 2):
+    if intake != "release" and not batcher_in_front:
         raise pb_utils.TritonModelException(
-            f"model '{model}': intake 'hold' needs dynamic_batching and max_batch_size >= 2 "
-            "in the model config (Triton queues arrivals while execute() holds its requests)")
-    return intake == "hold"
+            f"model '{model}': intake '{intake}' needs dynamic_batching and max_batch_size "
+            ">= 2 in the model config (Triton queues arrivals while execute() is parked); "
+            "set parameter intake to 'release' for a config without them")
+    return intake
 
 
 PROFILE_ENV = "EXPLICIT_BATCHING_PROFILE"
@@ -462,7 +493,20 @@ class ExplicitModel:
         self._control_period_s = self.profile.control.control_period_ms / 1000.0
         self._last_zone = None
         self._ids = itertools.count()
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the scheduler thread waits on it
+        self._park_cond = threading.Condition(lock)  # intake gather: parked execute() calls
+        self._parked = 0  # intake gather: execute() calls parked (see _park)
+        self._recent_min_sla_ms = self.profile.scheduler.default_sla_ms
+        self._prev_call_start = 0.0  # intake gather: the last call's start, and (start,
+        self._prev_parked: tuple[float, float] | None = None  # return) if it parked
+        self._release_gen = 0  # bumped to let parked calls return
+        self._calls = 0  # execute() calls whose requests are queued (ends a grace wait)
+        # CPU seconds of the stub's threads (execute(), the scheduler loop, the
+        # responders), logged at unload: where the per-request host cost goes.
+        self._thread_cpu_s = {"execute": 0.0, "loop": 0.0, "respond": 0.0}
+        self._gather_stats = {"calls": 0, "requests": 0, "parked": 0, "park_timeouts": 0,
+                              "graces": 0, "grace_hits": 0, "grace_wait_s": 0.0}
         self._stopping = False
         self._arrivals = 0
         self._loop_errors = 0
@@ -473,25 +517,36 @@ class ExplicitModel:
         # scheduler step fail after its batch was taken (proves nothing is stranded).
         self._loop_fault_token = _int_parameter(self.params, "loop_fault_token", 0,
                                                 self.model_name)
-        self._hold = _intake_holds(self.config, self.params, self.model_name)
+        self._intake = _intake(self.config, self.params, self.model_name)
+        self._hold = self._intake == "hold"
+        self._gather = self._intake == "gather"
+        self._grace_s = _int_parameter(self.params, "gather_grace_us", GATHER_GRACE_US,
+                                       self.model_name) / 1e6
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
         self._profile_dir = os.environ.get(CPROFILE_ENV) or None
         self._profilers = {}
         if self._profile_dir:
             import cProfile  # noqa: PLC0415 - only when asked for
-            self._profilers = {"execute": cProfile.Profile(), "loop": cProfile.Profile()}
+            self._profilers = {"execute": cProfile.Profile(), "loop": cProfile.Profile(),
+                               "respond": cProfile.Profile()}
         self._start_sidecar()
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._responder = threading.Thread(target=self._respond_loop, name="explicit-responder",
-                                           daemon=True)
-        self._responder.start()
+        responders = _int_parameter(self.params, "responder_threads", RESPONDER_THREADS,
+                                    self.model_name) or 1
+        self._responders = [threading.Thread(target=self._respond_loop, daemon=True,
+                                             name=f"explicit-responder-{k}")
+                            for k in range(responders)]
+        for thread in self._responders:
+            thread.start()
         self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
                                         daemon=True)
         self._thread.start()
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
-            f"{' -> ' + inner if inner else ''}; sidecar={self._sidecar_mode}; "
+            f"{' -> ' + inner if inner else ''}; intake={self._intake}"
+            f"{f' (grace {self._grace_s * 1e6:.0f} us)' if self._gather else ''}; "
+            f"sidecar={self._sidecar_mode}; "
             f"placement: {self.placement.why}")
 
     def _start_sidecar(self) -> None:
@@ -529,18 +584,34 @@ class ExplicitModel:
 
     # -- arrivals (Triton's thread) ---------------------------------------------------
     def execute(self, requests):
+        cpu0 = time.thread_time()
         profiler = self._profilers.get("execute")
-        if profiler is None:
-            return self._execute(requests)
-        profiler.enable()
+        if profiler is not None:
+            profiler.enable()
         try:
             return self._execute(requests)
         finally:
-            profiler.disable()
+            if profiler is not None:
+                profiler.disable()
+            self._thread_cpu_s["execute"] += time.thread_time() - cpu0
 
     def _execute(self, requests):
         now = time.monotonic()
+        arrival = now
+        if self._gather:
+            # Requests that queued in Triton while the previous call was parked arrived
+            # somewhere between that call's start and its return; the plugin is not told
+            # when (Triton 24.10's Python backend exposes no queue timestamps): take the
+            # middle, so deadlines and the latency histograms count that wait. A call that
+            # comes later than GATHER_HAND_OVER_S after that return found Triton's queue
+            # empty then: its requests arrived just now.
+            parked = self._prev_parked
+            if parked is not None and now - parked[1] <= GATHER_HAND_OVER_S:
+                arrival = (parked[0] + parked[1]) / 2.0
+            self._prev_call_start, self._prev_parked = now, None
         held = _HeldCall(len(requests)) if self._hold else None
+        queued: list[QueuedRequest] = []
+        min_sla_ms = math.inf
         for request in requests:
             sender = request.get_response_sender()
             try:
@@ -550,26 +621,62 @@ class ExplicitModel:
                 self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG), held)
                 continue
             sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
-            queued = QueuedRequest(next(self._ids), int(decoded.input_ids.size), now, sla_ms,
-                                   _Pending(request, sender, decoded.input_ids, held=held,
-                                            decoded=decoded if self.contract else None))
-            with self._cond:
-                if self._stopping:
-                    rejection, reason = "model is shutting down", "shutting_down"
-                else:
+            min_sla_ms = min(min_sla_ms, sla_ms)
+            queued.append(QueuedRequest(
+                next(self._ids), int(decoded.input_ids.size), arrival, sla_ms,
+                _Pending(request, sender, decoded.input_ids, held=held,
+                         decoded=decoded if self.contract else None)))
+        refused: list[tuple[QueuedRequest, str, str]] = []
+        with self._cond:  # one lock and one wake-up for the whole call
+            if self._stopping:
+                refused = [(q, "model is shutting down", "shutting_down") for q in queued]
+            else:
+                for q in queued:
                     try:
-                        self.scheduler.submit(queued, now)
-                        self._arrivals += 1
-                        rejection = reason = None
+                        self.scheduler.submit(q, now)
                     except QueueFull as exc:
-                        rejection, reason = f"queue full: {exc}", "queue_full"
-                self._cond.notify()
-            if rejection:
-                self.metrics.on_rejected(reason)
-                self._send(sender, _error(rejection, pb_utils.TritonError.UNAVAILABLE), held)
+                        refused.append((q, f"queue full: {exc}", "queue_full"))
+                self._arrivals += len(queued) - len(refused)
+            self._calls += 1
+            generation = self._release_gen  # a release from now on lets this call return
+            self._cond.notify()
+        for q, message, reason in refused:
+            self.metrics.on_rejected(reason)
+            q.handle.answered = True
+            self._send(q.handle.sender, _error(message, pb_utils.TritonError.UNAVAILABLE), held)
         if held is not None:
             held.wait()  # every request of this call has had its final response sent
+        elif self._gather:
+            # The smallest recent SLA (it creeps back up by 1 % a call).
+            self._recent_min_sla_ms = min(min_sla_ms, self._recent_min_sla_ms * 1.01)
+            self._park(len(requests), generation)
         return None
+
+    def _park(self, requests: int, generation: int) -> None:
+        """intake gather: return only once the scheduler thread lets parked calls go -
+        when the batch in flight has finished, or when it has nothing to run and waits -
+        or after GATHER_PARK_MAX_S. Meanwhile what arrives queues in Triton and comes over
+        in one call."""
+        with self._cond:
+            stats = self._gather_stats
+            stats["calls"] += 1
+            stats["requests"] += requests
+            if self._release_gen != generation or self._stopping:
+                return
+            stats["parked"] += 1
+            deadline = time.monotonic() + min(
+                GATHER_PARK_MAX_S, GATHER_PARK_SLA_FRACTION * self._recent_min_sla_ms / 1000.0)
+            self._parked += 1
+            try:
+                while self._release_gen == generation and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        stats["park_timeouts"] += 1
+                        return
+                    self._park_cond.wait(left)
+            finally:
+                self._parked -= 1
+                self._prev_parked = (self._prev_call_start, time.monotonic())
 
     def _decode(self, request):
         if self.contract is not None:
@@ -610,6 +717,20 @@ class ExplicitModel:
 
         Sending is a round trip to the server (~0.4 ms each, measured with cProfile at 300
         req/s); done on the scheduler thread, the device stood idle meanwhile."""
+        profiler = None  # a cProfile object serves one thread: the first responder's
+        if threading.current_thread() is self._responders[0]:
+            profiler = self._profilers.get("respond")
+        if profiler is not None:
+            profiler.enable()  # this thread only
+        try:
+            self._respond()
+        finally:
+            if profiler is not None:
+                profiler.disable()
+            with self._cond:
+                self._thread_cpu_s["respond"] += time.thread_time()
+
+    def _respond(self) -> None:
         while True:
             item = self._outbox.get()
             if item is None:
@@ -668,6 +789,7 @@ class ExplicitModel:
         finally:
             if profiler is not None:
                 profiler.disable()
+            self._thread_cpu_s["loop"] += time.thread_time()
 
     def _supervise(self) -> None:
         while True:
@@ -724,9 +846,7 @@ class ExplicitModel:
                 self._answer(r, _error("scheduler loop failed while handling this request",
                                        pb_utils.TritonError.INTERNAL))
             if started is not None:  # the batch never finished normally
-                with self._cond:
-                    self.scheduler.batch_finished(batch, started, time.monotonic(),
-                                                  succeeded=False)
+                self._batch_finished(batch, started, succeeded=False)
         if self._stopping:
             return False
         self._sweep_cancelled(now)
@@ -737,14 +857,16 @@ class ExplicitModel:
             timeout = min(timeout, wake_at - now)
         with self._cond:
             if self._arrivals == arrivals_seen:  # nothing arrived since the decision
+                if self._parked:  # intake gather: let it go, or nothing else can arrive
+                    self._release_gen += 1
+                    self._park_cond.notify_all()
                 self._cond.wait(timeout=timeout)
         self._maybe_log_stats(time.monotonic())
         return True
 
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
         if not batch:  # every member was cancelled
-            with self._cond:
-                self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded=False)
+            self._batch_finished(batch, started, succeeded=False)
             return
         succeeded = False
         try:
@@ -765,8 +887,33 @@ class ExplicitModel:
                 self.metrics.on_response(r.sla_ms, done - r.arrival_s)
         else:
             self.metrics.on_event("batch_failures_total")
+        self._batch_finished(batch, started, succeeded)
+
+    def _batch_finished(self, batch: Sequence[QueuedRequest], started: float,
+                        succeeded: bool) -> None:
+        """The device is free again. intake gather: a parked execute() call may return
+        now; then wait (at most the grace) for the next call's requests - those that
+        queued in Triton while the batch ran - so the next decision sees them."""
         with self._cond:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
+            if not (self._gather and self._parked):
+                return
+            calls = self._calls
+            self._release_gen += 1
+            self._park_cond.notify_all()
+            if self._stopping or self._grace_s <= 0:
+                return
+            t0 = time.monotonic()
+            deadline = t0 + self._grace_s
+            while self._calls == calls and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            stats = self._gather_stats
+            stats["graces"] += 1
+            stats["grace_hits"] += self._calls != calls
+            stats["grace_wait_s"] += time.monotonic() - t0
 
     def _run_executor(self, batch: Sequence[QueuedRequest]) -> list:
         """Run ``batch``; one response builder per request (built on the responder)."""
@@ -800,24 +947,45 @@ class ExplicitModel:
                 f"observation_age_ms={s.observation_age_ms:.0f} batches={s.batches} "
                 f"requests={s.requests} sla_met={s.sla_met} sla_missed={s.sla_missed} "
                 f"rejected={s.rejected_infeasible} emergency={s.emergency_batches} "
-                f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}")
+                f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}"
+                f"{self._gather_summary()}")
+
+    def _gather_summary(self) -> str:
+        """intake gather's hand-over figures for the stats log line (empty otherwise)."""
+        if not self._gather:
+            return ""
+        g = self._gather_stats
+        return (f" gather: calls={g['calls']} requests_per_call="
+                f"{g['requests'] / max(1, g['calls']):.1f} parked={g['parked']} "
+                f"park_timeouts={g['park_timeouts']} graces={g['graces']} "
+                f"grace_hits={g['grace_hits']} grace_wait_us_mean="
+                f"{1e6 * g['grace_wait_s'] / max(1, g['graces']):.0f}")
 
     def finalize(self):
         """Stop accepting, serve what is queued (flush), then fail anything left."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._park_cond.notify_all()
         self._thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
         self.metrics.close()
-        for name, profiler in self._profilers.items():
-            os.makedirs(self._profile_dir, exist_ok=True)
-            profiler.dump_stats(os.path.join(self._profile_dir, f"{self.model_name}.{name}.pstats"))
         with self._cond:
             leftovers = self.scheduler.drain()
         for r in leftovers:
             self._answer(r, _error("model unloaded before the request ran",
                                    pb_utils.TritonError.UNAVAILABLE))
-        self._outbox.put(None)  # the responder sends everything queued before it, then ends
-        self._responder.join(timeout=SHUTDOWN_DRAIN_S)
+        # Each responder sends everything queued before its sentinel, then ends.
+        for _ in self._responders:
+            self._outbox.put(None)
+        deadline = time.monotonic() + SHUTDOWN_DRAIN_S
+        for thread in self._responders:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for name, profiler in self._profilers.items():
+            os.makedirs(self._profile_dir, exist_ok=True)
+            profiler.dump_stats(os.path.join(self._profile_dir, f"{self.model_name}.{name}.pstats"))
+        cpu = " ".join(f"{k}={v:.2f}" for k, v in self._thread_cpu_s.items())
+        pb_utils.Logger.log_info(
+            f"{self.model_name}: unloading; thread CPU s: {cpu}; "
+            f"requests={self._arrivals};{self._gather_summary()}")
