@@ -57,8 +57,9 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
     if not cal.at_load:
         return profile, None, "cost table: not measured (calibration.at_load is false)"
     if not getattr(executor, "measured_at_load", False):
-        return profile, None, (f"cost table: not measured ({type(executor).__name__} is not "
-                               "real compute); the profile's cost model is the seed")
+        return profile, None, (f"cost table: not measured ({type(executor).__name__}: only "
+                               "an in-process real executor is timed at load); the "
+                               "profile's cost model is the seed")
     budget_s = cal.budget_s if on_gpu else min(cal.budget_s, cal.cpu_budget_s)
     if budget_s <= 0:
         return profile, None, "cost table: not measured (budget 0)"

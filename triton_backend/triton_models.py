@@ -43,6 +43,7 @@ from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
                               check_inner_config, decode_generic, split_outputs)
 from .intake import INTAKES
+from .load_calibration import calibrate_at_load
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
 from .placement import Placement, PlacementError, placement
@@ -486,6 +487,12 @@ class ExplicitModel:
                 self.executor = GenericBLSExecutor(inner, contract)
         else:
             self.executor, _ = _make_executor(args, self.params, self.placement)
+        # Real compute measures its own cost table before serving (the profile's cost
+        # model is only the seed); see load_calibration.
+        self.profile, _, cost_note = calibrate_at_load(
+            self.profile, self.executor, self.placement.on_gpu,
+            f"{self.placement.device}" + (f" ({why})" if self.placement.on_gpu else ""))
+        pb_utils.Logger.log_info(f"{self.model_name}: {cost_note}")
         # Only the emulated device is slowed by the profile's time scale.
         time_scale = (self.profile.emulation.time_scale
                       if isinstance(self.executor, EmulatedDevice) else 1.0)

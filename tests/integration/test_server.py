@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -93,6 +94,16 @@ def test_all_models_ready(server):
             assert client.is_model_ready(model), model
     finally:
         client.close()
+
+
+def test_real_compute_measures_its_cost_table_at_load_and_emulation_does_not(server):
+    """minilm_explicit (real MiniLM on this CPU) times its grid within the cpu budget before
+    it serves; the emulated device, which sleeps its profile, is not measured."""
+    with open(server.log_path, errors="replace") as fh:
+        log = fh.read()
+    assert re.search(r"minilm_explicit: cost table: measured at load on cpu: \d+ of \d+ "
+                     r"cells in \d+\.\d+ s", log), log[-3000:]
+    assert "emulated_explicit: cost table: not measured (EmulatedDevice" in log
 
 
 @pytest.mark.parametrize("model", ["emulated_explicit", "minilm_explicit", *BLS_MODELS])
