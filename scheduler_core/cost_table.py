@@ -117,49 +117,15 @@ def _fill(known: list[tuple[int, float]], x: int) -> float:
 
 def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
                  ms: Sequence[Sequence[float]], b: float, n: float) -> float:
-    """Bilinear in (b, n) over the grid; ``_segment`` and ``_along`` inlined (the batch
-    former calls this for every new shape it considers)."""
-    nb, nn = len(batch_sizes), len(lengths)
-    if nn == 1:
-        j, tn = 0, 0.0
-    else:
-        j = bisect_right(lengths, n) - 1
-        if j < 0:
-            j, tn = 0, 0.0
-        else:
-            if j > nn - 2:
-                j = nn - 2
-            tn = (n - lengths[j]) / (lengths[j + 1] - lengths[j])
-    if nb == 1:
-        i, tb = 0, 0.0
-    else:
-        i = bisect_right(batch_sizes, b) - 1
-        if i < 0:
-            i, tb = 0, 0.0
-        else:
-            if i > nb - 2:
-                i = nb - 2
-            tb = (b - batch_sizes[i]) / (batch_sizes[i + 1] - batch_sizes[i])
-    r0 = ms[i]
-    if nn == 1:
-        lo = r0[0]
-    else:
-        a, c = r0[j], r0[j + 1]
-        lo = a + (c - a) * tn
-        if tn > 1.0 and lo < c:
-            lo = c
-    if nb == 1:
+    """Bilinear in (b, n) over the grid (a one-point axis is constant along it)."""
+    i, tb = _segment(batch_sizes, b)
+    j, tn = _segment(lengths, n)
+    wide = len(lengths) > 1
+    lo = _along(ms[i][j], ms[i][j + 1], tn) if wide else ms[i][0]
+    if len(batch_sizes) == 1:
         return lo
-    r1 = ms[i + 1]
-    if nn == 1:
-        hi = r1[0]
-    else:
-        a, c = r1[j], r1[j + 1]
-        hi = a + (c - a) * tn
-        if tn > 1.0 and hi < c:
-            hi = c
-    value = lo + (hi - lo) * tb
-    return hi if tb > 1.0 and value < hi else value
+    hi = _along(ms[i + 1][j], ms[i + 1][j + 1], tn) if wide else ms[i + 1][0]
+    return _along(lo, hi, tb)
 
 
 class RefitTable:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 import urllib.request
 
@@ -20,6 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import SHIPPED_REPOSITORY
+from tests.integration.collector import Collector
 
 pytestmark = pytest.mark.integration
 MODEL = "faulty_explicit"
@@ -94,29 +94,6 @@ def _metric(server, name: str) -> float:
             if line.startswith(f'{name}{{model="{MODEL}"}}'):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-class Collector:
-    """Counts every callback per request: exactly one each is the contract."""
-
-    def __init__(self):
-        self.calls: dict[int, list] = {}
-        self.lock = threading.Lock()
-        self.done = threading.Semaphore(0)
-
-    def callback(self, i):
-        def cb(result, error):
-            with self.lock:
-                self.calls.setdefault(i, []).append((result, error))
-            self.done.release()
-        return cb
-
-    def wait(self, n, timeout=60):
-        for _ in range(n):
-            assert self.done.acquire(timeout=timeout), "a request got no response"
-        assert not self.done.acquire(timeout=0.5), "a request was answered twice"
-        assert sorted(self.calls) == list(range(n))
-        assert all(len(v) == 1 for v in self.calls.values())
 
 
 def test_failed_batch_fails_its_requests_and_the_loop_goes_on(fault_server):

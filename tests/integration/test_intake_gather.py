@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 import urllib.request
 
@@ -20,6 +19,7 @@ import tritonclient.grpc as grpcclient
 from tests.conftest import SHIPPED_REPOSITORY
 from triton_backend.executors import deterministic_embedding
 from triton_backend.intake import gather_config, release_config
+from tests.integration.collector import Collector
 
 pytestmark = pytest.mark.integration
 GATHER = "gather_explicit"
@@ -70,29 +70,6 @@ def _inputs(ids: np.ndarray, sla_ms: float = 60000.0):
     sla = grpcclient.InferInput("SLA_MS", [1, 1], "FP32")
     sla.set_data_from_numpy(np.array([[sla_ms]], dtype=np.float32))
     return [ids_in, sla]
-
-
-class Collector:
-    """Every callback per request: exactly one each is the contract."""
-
-    def __init__(self):
-        self.calls: dict[int, list] = {}
-        self.lock = threading.Lock()
-        self.done = threading.Semaphore(0)
-
-    def callback(self, i):
-        def cb(result, error):
-            with self.lock:
-                self.calls.setdefault(i, []).append((result, error))
-            self.done.release()
-        return cb
-
-    def wait(self, n, timeout=60):
-        for _ in range(n):
-            assert self.done.acquire(timeout=timeout), "a request got no response"
-        assert not self.done.acquire(timeout=0.5), "a request was answered twice"
-        assert sorted(self.calls) == list(range(n))
-        assert all(len(v) == 1 for v in self.calls.values())
 
 
 def _send_all(client, model: str, sequences, **kw) -> Collector:
