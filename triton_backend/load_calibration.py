@@ -24,7 +24,8 @@ from typing import Any
 from scheduler_core.cost_model import batch_shape, cost_ms
 from scheduler_core.profile import HardwareProfile
 
-from .device_calibration import CalibrationResult, calibration_grid, measure_cost_table
+from .device_calibration import (CalibrationResult, calibration_grid, measure_cost_table,
+                                 random_sequences)
 
 
 def fill_rows(profile: HardwareProfile, measured: list[tuple[int, int, float]],
@@ -66,6 +67,9 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
     sched = profile.scheduler
     batch_sizes, lengths = calibration_grid(sched.max_batch_size, cal.max_sequence_length,
                                             sched.max_batch_tokens)
+    # One untimed call first, outside the budget: the first run pays one-off set-up (torch's
+    # lazy initialisation, a CUDA context) that would make every cell look too dear to fit.
+    executor.run(random_sequences(batch_sizes[0], lengths[0]))
     result = measure_cost_table(executor.run, batch_sizes, lengths, budget_s,
                                 max_batch_tokens=sched.max_batch_tokens)
     if not result.rows:

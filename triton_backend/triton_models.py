@@ -85,6 +85,14 @@ GATHER_PARK_SLA_FRACTION = 0.25
 # the next call still arrives soon: an idle scheduler wakes on it, and one that has just
 # dispatched leftovers meets it at the next batch.
 GATHER_GRACE_US = 0
+# ... but at least this share of the batch that just ended (capped below): where a batch
+# takes long against the host path (a slow device, or the EMULATED device time-scaled),
+# the requests that queued in Triton during it would otherwise miss the next batch and
+# wait a whole batch more (make bench, h200_minilm at time scale 57: P50 3.3 device-ms
+# above native at 0.8x with no grace); where batches are a few ms it stays well under the
+# GIL hand-over that made a fixed grace cost peak rate.
+GATHER_GRACE_BATCH_FRACTION = 0.02
+GATHER_GRACE_MAX_S = 0.005
 # A call that starts within this long after a parked call returned carries requests that
 # queued in Triton during the park (see _execute: their arrival time is estimated).
 GATHER_HAND_OVER_S = 0.005
@@ -908,10 +916,12 @@ class ExplicitModel:
             calls = self._calls
             self._release_gen += 1
             self._park_cond.notify_all()
-            if self._stopping or self._grace_s <= 0:
-                return
             t0 = time.monotonic()
-            deadline = t0 + self._grace_s
+            grace_s = max(self._grace_s, min(GATHER_GRACE_MAX_S,
+                                             GATHER_GRACE_BATCH_FRACTION * (t0 - started)))
+            if self._stopping or grace_s <= 0:
+                return
+            deadline = t0 + grace_s
             while self._calls == calls and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
