@@ -124,10 +124,10 @@ class CostEstimator:
 
     def batch_overhead_ms(self) -> float:
         """The per-batch fixed cost (scaled and corrected): the device time a request saves
-        by joining a batch instead of running in one of its own - ``fixed_ms``, or a
-        table's launch-bound floor."""
+        by joining a batch instead of running in one of its own - ``fixed_ms``, or what a
+        table says one sequence costs more alone than as the second of two."""
         if self.table is not None:
-            return self.table.flat_ms() * self.time_scale
+            return self.table.batch_overhead_ms() * self.time_scale
         return self.cfg.fixed_ms * self.time_scale * self.correction
 
     def base_parts_ms(self, batch_size: int, longest: int, real_tokens: int,

@@ -97,12 +97,6 @@ class CostTable:
         """Interpolated cost of ``batch_size`` sequences padded to ``length`` tokens."""
         return _interpolate(self.batch_sizes, self.lengths, self.ms, batch_size, length)
 
-    def flat_ms(self) -> float:
-        """The launch-bound floor: the median cost of one sequence over the measured
-        lengths (what a request saves the device by joining a batch instead)."""
-        first = sorted(self.ms[0])
-        return first[len(first) // 2]
-
 
 def _fill(known: list[tuple[int, float]], x: int) -> float:
     """A missing cell from the known ones on its line: interpolated between neighbours,
@@ -175,10 +169,13 @@ class RefitTable:
                 self.factors[ci][cj] = f
                 self._ms[ci][cj] = seed.ms[ci][cj] * f
 
-    def flat_ms(self) -> float:
-        """``CostTable.flat_ms`` of the refit cells."""
-        first = sorted(self._ms[0])
-        return first[len(first) // 2]
+    def batch_overhead_ms(self) -> float:
+        """The device time one more sequence saves by joining a batch instead of running
+        alone: a batch of one minus what a second one adds (shortest length). About the
+        launch cost on a launch-bound device; small where cost grows with every sequence."""
+        n = self.seed.lengths[0]
+        one = self.lookup_ms(1, n)
+        return max(0.0, 2.0 * one - self.lookup_ms(2, n))
 
     def mean_factor(self) -> float:
         flat = [f for row in self.factors for f in row]

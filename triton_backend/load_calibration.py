@@ -63,7 +63,9 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
                                "profile's cost model is the seed")
     budget_s = cal.budget_s if on_gpu else min(cal.budget_s, cal.cpu_budget_s)
     if budget_s <= 0:
-        return profile, None, "cost table: not measured (budget 0)"
+        key = "budget_s" if on_gpu else "cpu_budget_s"
+        return profile, None, (f"cost table: not measured (budget 0: calibration.{key}); the "
+                               "profile's cost model is the seed")
     sched = profile.scheduler
     batch_sizes, lengths = calibration_grid(sched.max_batch_size, cal.max_sequence_length,
                                             sched.max_batch_tokens)

@@ -96,15 +96,15 @@ def test_all_models_ready(server):
         client.close()
 
 
-def test_real_compute_measures_its_cost_table_at_load_and_emulation_does_not(server):
-    """minilm_explicit (real MiniLM on this CPU) times its grid within the cpu budget before
-    it serves; the emulated device, which sleeps its profile, is not measured. (How many
-    cells fit 0.5 s depends on how busy the machine is while the server starts its models:
-    the measuring itself is unit-tested in tests/unit/triton_backend.)"""
+def test_each_model_logs_where_its_cost_estimate_comes_from(server):
+    """Each model says at load where its cost estimate comes from: minilm_explicit (real
+    MiniLM, here on the CPU, whose budget is 0 by default) keeps its profile's seed, the
+    emulated device (it sleeps its profile) is not measured. The measuring itself is
+    unit-tested in tests/unit/triton_backend; on a GPU gpu_bench.py shows it."""
     with open(server.log_path, errors="replace") as fh:
         log = fh.read()
-    assert re.search(r"minilm_explicit: cost table: (measured at load on cpu: \d+ of \d+ "
-                     r"cells in \d+\.\d+ s|no cell fit the 0\.5 s budget)", log), log[-3000:]
+    assert ("minilm_explicit: cost table: not measured (budget 0: calibration.cpu_budget_s)"
+            in log), log[-3000:]
     assert "emulated_explicit: cost table: not measured (EmulatedDevice" in log
 
 
