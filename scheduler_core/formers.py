@@ -12,8 +12,8 @@ decision into the logs and the metrics.
   compute-aware splitting by length (padding waste), reserved capacity for urgent arrivals.
   On a profile with a measured cost table the splitting reads the table: inside the
   device's flat, launch-bound region padding is free and the batch fills; past it a
-  candidate joins only if what it adds to the batch's cost is at most its share of an
-  efficient batch of its own length.
+  candidate joins only if what it adds to the batch's cost is at most what it would cost
+  otherwise (its share of an efficient batch of its own length, or running alone).
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.
@@ -187,10 +187,8 @@ class LengthAwareFormer:
         span = longest * size  # its padded tokens if the candidate is not longer
         # Every check below only skips a candidate, so their order is free: the cheapest
         # and most selective first (padding waste rejects most candidates).
-        # A measured table (est.table) says what padding really costs: inside a device's
-        # flat, launch-bound region nothing, so the batch fills up; where cost grows with
-        # tokens a candidate may add at most max_padding_waste to what the batch would cost
-        # unpadded. Without a table, the padded-token share stands in for the cost.
+        # A measured table (est.table) says what padding really costs (see the check in the
+        # loop); without one, the padded-token share stands in for the cost.
         table = est.table
         efficient_size = max(1, math.ceil(ctl.min_batch_fill * cfg.max_batch_size))
         flat_factor = (1.0 + max_waste) * scale
