@@ -60,16 +60,11 @@ def measure_minilm_table(profile: HardwareProfile, device: str, budget_s: float
                          ) -> tuple[list[Row], str]:
     """Time the real MiniLM executor on ``device`` over the profile's grid (the same
     measurement the model makes when it loads, with a longer budget)."""
-    from triton_backend.device_calibration import calibration_grid, measure_cost_table
     from triton_backend.executors import MiniLMEncoder
+    from triton_backend.load_calibration import measure_profile_grid
 
     encoder = MiniLMEncoder(intra_op_threads=0, device=device)
-    sched = profile.scheduler
-    sizes, lengths = calibration_grid(sched.max_batch_size,
-                                      profile.calibration.max_sequence_length,
-                                      sched.max_batch_tokens)
-    result = measure_cost_table(encoder.run, sizes, lengths, budget_s,
-                                max_batch_tokens=sched.max_batch_tokens)
+    result, _, _ = measure_profile_grid(profile, encoder.run, budget_s)
     if not result.rows:
         raise ValueError(f"no cell of the grid fit the {budget_s:g} s budget")
     rows = [(r["batch"], r["length"], r["ms"]) for r in result.rows]

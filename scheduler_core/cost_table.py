@@ -89,10 +89,6 @@ class CostTable:
                     grid[i][j] = _fill(known, b)
         return cls(batch_sizes, lengths, tuple(tuple(r) for r in grid))
 
-    def rows(self) -> list[Row]:
-        return [(b, n, self.ms[i][j]) for i, b in enumerate(self.batch_sizes)
-                for j, n in enumerate(self.lengths)]
-
     def lookup_ms(self, batch_size: float, length: float) -> float:
         """Interpolated cost of ``batch_size`` sequences padded to ``length`` tokens."""
         return _interpolate(self.batch_sizes, self.lengths, self.ms, batch_size, length)
@@ -182,6 +178,6 @@ class RefitTable:
         return sum(flat) / len(flat)
 
     def table(self) -> CostTable:
-        """The refit table (what ``explicit-batching calibrate`` can write back)."""
+        """The refit cells as a ``CostTable``."""
         return CostTable(self.seed.batch_sizes, self.seed.lengths,
                          tuple(tuple(r) for r in self._ms))

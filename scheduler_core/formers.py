@@ -102,6 +102,8 @@ class LengthAwareFormer:
         self.control = control
         self.estimator = estimator
         self.small_queue = small_queue
+        # The size of an efficient batch (as Scheduler.submit costs Entry.efficient_ms).
+        self.efficient_size = max(1, math.ceil(control.min_batch_fill * cfg.max_batch_size))
 
     def _small_batches_pay(self, seed_len: int) -> bool:
         """Is an emergency batch shorter than a full one? Always on the formula; on a
@@ -190,7 +192,7 @@ class LengthAwareFormer:
         # A measured table (est.table) says what padding really costs (see the check in the
         # loop); without one, the padded-token share stands in for the cost.
         table = est.table
-        efficient_size = max(1, math.ceil(ctl.min_batch_fill * cfg.max_batch_size))
+        efficient_size = self.efficient_size
         flat_factor = (1.0 + max_waste) * scale
         # An efficient batch of a candidate's own length is a real alternative once a
         # quarter of a full batch is queued; with fewer, its alternative is running alone.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from scheduler_core.cost_model import batch_shape, cost_ms
 from scheduler_core.profile import HardwareProfile
@@ -51,6 +51,24 @@ def fill_rows(profile: HardwareProfile, measured: list[tuple[int, int, float]],
     return rows
 
 
+def measure_profile_grid(profile: HardwareProfile, run: Callable, budget_s: float
+                         ) -> tuple[CalibrationResult, list[int], list[int]]:
+    """Time ``run`` over the profile's grid (its batch and token limits, and
+    ``calibration.max_sequence_length``) within ``budget_s``: (result, batch sizes,
+    lengths). The model at load and ``explicit-batching calibrate --measure-table`` both
+    measure through here."""
+    sched = profile.scheduler
+    batch_sizes, lengths = calibration_grid(sched.max_batch_size,
+                                            profile.calibration.max_sequence_length,
+                                            sched.max_batch_tokens)
+    # One untimed call first, outside the budget: the first run pays one-off set-up (torch's
+    # lazy initialisation, a CUDA context) that would make every cell look too dear to fit.
+    run(random_sequences(batch_sizes[0], lengths[0]))
+    result = measure_cost_table(run, batch_sizes, lengths, budget_s,
+                                max_batch_tokens=sched.max_batch_tokens)
+    return result, batch_sizes, lengths
+
+
 def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
                       device_name: str = "") -> tuple[HardwareProfile, CalibrationResult | None, str]:
     """(profile to schedule with, the measurement or None, one line for the load log)."""
@@ -67,13 +85,7 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
         return profile, None, (f"cost table: not measured (budget 0: calibration.{key}); the "
                                "profile's cost model is the seed")
     sched = profile.scheduler
-    batch_sizes, lengths = calibration_grid(sched.max_batch_size, cal.max_sequence_length,
-                                            sched.max_batch_tokens)
-    # One untimed call first, outside the budget: the first run pays one-off set-up (torch's
-    # lazy initialisation, a CUDA context) that would make every cell look too dear to fit.
-    executor.run(random_sequences(batch_sizes[0], lengths[0]))
-    result = measure_cost_table(executor.run, batch_sizes, lengths, budget_s,
-                                max_batch_tokens=sched.max_batch_tokens)
+    result, batch_sizes, lengths = measure_profile_grid(profile, executor.run, budget_s)
     if not result.rows:
         return profile, result, (f"cost table: no cell fit the {budget_s:g} s budget; the "
                                  "profile's cost model is the seed")
