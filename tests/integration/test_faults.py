@@ -144,9 +144,10 @@ def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
         results.wait(48)
         cancelled = [i for i, [(_, err)] in results.calls.items() if err is not None]
         assert set(cancelled) == set(range(32, 48))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a hang guard: the counter is set once per sweep
         while _metric(fault_server, "explicit_batching_cancelled_requests_total") < before + 16:
-            assert time.monotonic() < deadline, "cancellations were computed or not counted"
+            assert time.monotonic() < deadline, ("30 s without the 16 cancellations counted: "
+                                                 "computed, or not counted")
             time.sleep(0.2)
     finally:
         client.close()
@@ -181,7 +182,9 @@ def test_unload_with_requests_queued_answers_every_request(fault_server):
         started = time.monotonic()
         client.unload_model(MODEL)
         results.wait(40)
-        assert time.monotonic() - started < 15  # within the server's exit timeout
+        # A hang guard, not a speed target (the answers themselves are the behaviour).
+        took_s = time.monotonic() - started
+        assert took_s < 60, f"the unload took {took_s:.0f} s to answer the queued requests"
         codes = {str(err.status()) if err else "OK" for [(_, err)] in results.calls.values()}
         assert codes <= {"OK", "StatusCode.UNAVAILABLE"}, codes
         client.load_model(MODEL)

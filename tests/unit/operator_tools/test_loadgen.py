@@ -77,7 +77,9 @@ def test_outcomes_lost_and_schedule(fake):
     gen = LoadGenerator(url, "fake", clients=2, include_sla=False)
     started = time.monotonic()
     result = gen.run(arrivals, drain_timeout_s=0.5)
-    assert time.monotonic() - started < 5.0
+    # A hang guard: the 4 unanswered requests never come back, so a drain that ignored its
+    # 0.5 s timeout would never end.
+    assert time.monotonic() - started < 30.0, "the drain did not stop at its timeout"
     assert result.planned == result.sent == 84 == service.calls
     assert result.ok == 60
     assert result.errors_by_code == {"UNAVAILABLE": 20}

@@ -15,7 +15,7 @@ import pytest
 from sidecar.sampler import SampleFile, usable
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir))
-STARTUP_DEADLINE_S = 10.0
+STARTUP_DEADLINE_S = 30.0  # a hang guard: a loaded machine starts Python slowly
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def sidecar_process(tmp_path, local_server, real_page):
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate(timeout=5)
+        proc.communicate(timeout=STARTUP_DEADLINE_S)
 
 
 def wait_for_sample(proc, reader, accept):
@@ -55,7 +55,8 @@ def test_process_writes_healthy_samples_and_exits_on_sigterm(sidecar_process):
     first = wait_for_sample(proc, reader, lambda s: s.endpoint_ok is True and s.health == "ok")
     assert first.error == ""
     # taken_s is CLOCK_MONOTONIC in the sidecar process: comparable with ours
-    assert usable(first, time.monotonic(), max_age_s=5.0)
+    # (an age guard, not a speed target: only a stale or future clock would fail it)
+    assert usable(first, time.monotonic(), max_age_s=STARTUP_DEADLINE_S)
 
     # a later sample carries rates from two scrapes of the page
     later = wait_for_sample(proc, reader, lambda s: "emulated_native" in s.models)
@@ -67,10 +68,10 @@ def test_process_writes_healthy_samples_and_exits_on_sigterm(sidecar_process):
 
     proc.send_signal(signal.SIGTERM)
     try:
-        rc = proc.wait(timeout=5.0)
+        rc = proc.wait(timeout=STARTUP_DEADLINE_S)
     except subprocess.TimeoutExpired:
-        pytest.fail("sidecar did not exit within 5 s of SIGTERM")
-    stdout, stderr = proc.communicate(timeout=5)
+        pytest.fail(f"sidecar did not exit within {STARTUP_DEADLINE_S:g} s of SIGTERM")
+    stdout, stderr = proc.communicate(timeout=STARTUP_DEADLINE_S)
     assert rc == 0, stderr
     assert f"writing samples to {out} every 50 ms" in stdout
     if not glob.glob("/dev/nvidia[0-9]*"):
@@ -89,8 +90,8 @@ def test_process_without_endpoint_reports_nvml_only(tmp_path):
         if not glob.glob("/dev/nvidia[0-9]*"):
             assert (sample.health, sample.nvml_available, sample.utilization) == ("ok", False, None)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=5.0) == 0
+        assert proc.wait(timeout=STARTUP_DEADLINE_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate(timeout=5)
+        proc.communicate(timeout=STARTUP_DEADLINE_S)

@@ -46,8 +46,7 @@ def test_run_takes_at_least_batch_ms_and_returns_unit_rows():
     t0 = time.perf_counter()
     out = dev.run(seqs)
     elapsed_ms = (time.perf_counter() - t0) * 1000.0
-    assert elapsed_ms >= 3.0
-    assert elapsed_ms < 1000.0
+    assert elapsed_ms >= 3.0  # it sleeps the batch's cost: a floor, never a ceiling
     assert out.shape == (2, EMBEDDING_DIM) == (2, 384)
     assert out.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
