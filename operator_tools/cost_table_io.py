@@ -14,6 +14,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from scheduler_core.profile import HardwareProfile, ProfileError
+from scheduler_core.profile_limits import MAX_TABLE_SOURCE_CHARS
 
 Row = tuple[int, int, float]
 
@@ -52,7 +53,8 @@ def write_table_profile(base_path: str, out_path: str, rows: Sequence[Row], sour
 
     table = [[int(b), int(n), round(float(ms), 4)] for b, n, ms in rows]
     return write_profile(base_path, out_path,
-                         {"cost_model": {"table_source": source[:200], "table": table}},
+                         {"cost_model": {"table_source": source[:MAX_TABLE_SOURCE_CHARS],
+                                        "table": table}},
                          comment=comment, rename=out_path != base_path)
 
 

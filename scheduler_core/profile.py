@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 
 from .profile_limits import (BOUNDS, COST_MODES, ENTRY_MODES, FORMER_NAMES,  # noqa: F401
+                             MAX_TABLE_SOURCE_CHARS,
                              INFEASIBLE_POLICIES, SAFE_ZONE_BATCHING)
 from .cost_table import CostTable, CostTableError
 from .safe_repr import short_repr
@@ -304,8 +305,13 @@ def _cost_model(raw: Any, source: str) -> CostModelConfig:
         table_source = raw.pop("table_source", "")
         if not isinstance(table_source, str):
             raise _bad(source, "cost_model.table_source", table_source, "must be a string")
+        if len(table_source) > MAX_TABLE_SOURCE_CHARS:
+            # Refused, not cut: a profile carries exactly what its file (or override) says.
+            raise _bad(source, "cost_model.table_source", table_source,
+                       f"must be at most {MAX_TABLE_SOURCE_CHARS} characters "
+                       f"(has {len(table_source)})")
         return replace(_section(CostModelConfig, raw, source, "cost_model"), table=table,
-                       table_source=table_source[:200])
+                       table_source=table_source)
     return _section(CostModelConfig, raw, source, "cost_model")
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from .policy import FORMER_NAMES
 
 COST_MODES = ("padded", "ragged")
+# cost_model.table_source: a line saying where the cells come from, not a document.
+MAX_TABLE_SOURCE_CHARS = 200
 # (low, high) inclusive bounds; None = unbounded on that side.
 BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "fixed_ms": (0.0, 60_000.0),

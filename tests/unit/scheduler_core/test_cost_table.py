@@ -129,6 +129,15 @@ def test_profile_refuses_bad_tables_naming_the_key(table, why):
     assert "cost_model.table" in str(info.value)
 
 
+def test_profile_refuses_a_table_source_over_the_limit_instead_of_cutting_it():
+    raw = {"name": "t", "cost_model": {"table": [[1, 16, 1.0]], "table_source": "x" * 200}}
+    assert profile_from_mapping(raw, "t.yaml").cost_model.table_source == "x" * 200
+    raw["cost_model"]["table_source"] = "x" * 201
+    with pytest.raises(ProfileError, match=r"cost_model.table_source': must be at most 200 "
+                                           r"characters \(has 201\)"):
+        profile_from_mapping(raw, "t.yaml")
+
+
 def test_h200_minilm_profile_is_the_measured_table():
     with open(H200_JSON) as fh:
         measured = json.load(fh)["rows"]
