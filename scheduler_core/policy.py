@@ -8,7 +8,7 @@ Triton adapter drive any of them the same way:
     policy.submit(request, now_s)           # on arrival; may raise QueueFull
     policy.tick(now_s)                      # every control period (perception, decision)
     decision = decide(policy, now_s, flush) # whenever the device is free
-    #   answer every request in decision.rejected (UNAVAILABLE, with its reason);
+    #   answer every request in decision.rejected (UNAVAILABLE, refusal_message(reason));
     #   if decision.batch: run it, bracketed by
     policy.batch_started(decision.batch, now_s)
     policy.batch_finished(decision.batch, started_s, now_s, succeeded)
@@ -98,6 +98,30 @@ class RejectReason(_StrEnum):
     INFEASIBLE = "deadline infeasible: the estimated finish already misses the request's SLA"
     QUEUE_FULL = "queue full"
     UNFINISHED = "unfinished"
+
+
+class Refusal(str):
+    """A refusal's reason for one request: it compares, hashes and prints as its fixed
+    ``RejectReason`` text (so it counts and labels as the reason), and ``detail`` carries
+    this request's numbers - the estimate the refusal was made on - for its error message.
+    """
+
+    __slots__ = ("detail",)
+
+    def __new__(cls, reason: str, detail: str = "") -> "Refusal":
+        self = super().__new__(cls, str(reason))
+        self.detail = detail
+        return self
+
+    def message(self) -> str:
+        """What the client reads: the reason, then the numbers behind it."""
+        return f"{self} ({self.detail})" if self.detail else str(self)
+
+
+def refusal_message(reason: str) -> str:
+    """The error message for a request refused with ``reason`` (a ``RejectReason``, or a
+    ``Refusal`` with its numbers)."""
+    return reason.message() if isinstance(reason, Refusal) else str(reason)
 
 
 # The batch formers a profile can name (scheduler_core/formers.py registers each).

@@ -26,7 +26,7 @@ from .control_loop import ControlLoop, Observation
 from .cost_model import CostEstimator
 from .entry_queue import SMALL_QUEUE, Entry, EntryQueue, infeasible_entries
 from .formers import BatchFormer, Candidate, make_former
-from .policy import BatchDecision, Mode, QueueFull, Reason, RejectReason
+from .policy import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
 
@@ -63,6 +63,24 @@ class SchedulerStats:
     utilization_source: str = "busy_fraction"
     former: str = ""  # the batch former of the current mode
     cost_error: float = 0.0  # smoothed |measured - predicted| / measured batch time
+
+
+def infeasible_detail(e: Entry, now_s: float, start_s: float, margin_s: float, behind: bool,
+                      correction: float) -> str:
+    """The numbers an infeasibility refusal was made on, as the client reads them: how long
+    the request waited, when it could start, what running it costs by the estimate, against
+    its SLA (the same expression as ``infeasible_entries``)."""
+    seed_ms = e.efficient_ms if behind else e.alone_ms
+    run_ms = seed_ms * correction
+    finish_ms = (start_s - margin_s - e.req.arrival_s) * 1000.0 + run_ms
+    start = (f"starts in {(start_s - now_s) * 1000.0:.1f} ms, after the batch just dispatched"
+             if start_s > now_s else "starts now")
+    margin = f" (less the {margin_s * 1000.0:.1f} ms margin)" if margin_s else ""
+    how = "in an efficient batch (queue behind)" if behind else "alone"
+    return (f"estimated finish {finish_ms:.1f} ms after arrival > SLA {e.req.sla_ms:.1f} ms: "
+            f"waited {(now_s - e.req.arrival_s) * 1000.0:.1f} ms, {start}{margin}, then runs "
+            f"{run_ms:.1f} ms {how}: {e.seq_len} tokens, estimate {seed_ms:.1f} ms x cost "
+            f"correction {correction:.2f}")
 
 
 class Scheduler:
@@ -168,7 +186,7 @@ class Scheduler:
         """
         self.loop.tick(now_s, self._queue)  # perceive, decide
         state = self.loop.state
-        rejected = self._shed(now_s)
+        rejected = self._shed(now_s, now_s)
         mode = state.mode
         former = self.formers[mode]
         util = state.observation.utilization
@@ -185,24 +203,28 @@ class Scheduler:
         self._count_dispatch(len(entries), mode, reason)
         # What stays queued waits for this batch too: whoever can no longer start in time
         # after it is refused now, not when it ends (and maybe past its own deadline).
-        rejected += self._shed(now_s + candidate.estimated_ms / 1000.0)
+        rejected += self._shed(now_s, now_s + candidate.estimated_ms / 1000.0)
         return BatchDecision(tuple(e.req for e in entries), None, reason, state.window_ms, util,
                              candidate.estimated_ms, rejected, state.zone, mode, former.name)
 
-    def _shed(self, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
+    def _shed(self, now_s: float, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
         """Requests that miss their deadline even run from ``start_s`` (now, or when the
         batch just dispatched ends), alone - or, when behind, in an efficient batch
-        (reject policy)."""
+        (reject policy). Each refusal carries the estimate it was made on."""
         if not (self.control.enabled and self.control.infeasible_policy == "reject"):
             return ()
         margin_s = self.control.infeasible_margin_ms * self.estimator.time_scale / 1000.0
-        doomed = infeasible_entries(self._queue, start_s - margin_s, self.estimator.correction,
-                                    self._behind(), self.small_queue)
+        behind, correction = self._behind(), self.estimator.correction
+        doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
+                                    self.small_queue)
         if not doomed:
             return ()
         self._queue.discard(doomed)
         self.counts["rejected_infeasible"] += len(doomed)
-        return tuple((e.req, RejectReason.INFEASIBLE) for e in doomed)
+        return tuple((e.req, Refusal(RejectReason.INFEASIBLE,
+                                     infeasible_detail(e, now_s, start_s, margin_s, behind,
+                                                       correction)))
+                     for e in doomed)
 
     def _count_dispatch(self, size: int, mode: str, reason: str) -> None:
         self.loop.on_dispatch(size, reason)

@@ -33,7 +33,7 @@ from scheduler_core.cost_model import batch_shape
 from scheduler_core.profile import HardwareProfile, ProfileError, parse_override, with_overrides
 from scheduler_core.profile_files import load_profile_dir, select_profile
 from scheduler_core.request import QueuedRequest
-from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, wake_time
+from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, refusal_message, wake_time
 from scheduler_core.scheduler import Scheduler
 from sidecar.nvml import detect_device_name
 from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
@@ -837,7 +837,8 @@ class ExplicitModel:
             if decision.rejected:
                 self.metrics.on_rejected("deadline_infeasible", len(decision.rejected))
             for req, reason in decision.rejected:
-                self._answer(req, _error(reason, pb_utils.TritonError.UNAVAILABLE))
+                self._answer(req, _error(refusal_message(reason),
+                                         pb_utils.TritonError.UNAVAILABLE))
             self._log_zone_change(decision, now)
             if now - self._last_flush >= self._control_period_s:
                 self._last_flush = now

@@ -11,6 +11,7 @@ are reported with ``started == finished`` where the cost estimate must not be re
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -20,7 +21,7 @@ from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import (ControlConfig, CostModelConfig, ProfileError, SchedulerConfig,
                                     profile_from_mapping)
 from scheduler_core.request import QueuedRequest
-from scheduler_core.policy import INFEASIBLE, RejectReason, Zone
+from scheduler_core.policy import INFEASIBLE, RejectReason, Zone, refusal_message
 from scheduler_core.scheduler import Scheduler
 
 FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,
@@ -398,6 +399,23 @@ def test_reject_policy_returns_infeasible_requests():
     assert ids(d) == [1] and d.reason == "window"
     assert s.stats(0.0095).rejected_infeasible == 2
     assert s.schedule(0.0095).rejected == ()
+
+
+def test_a_refusal_carries_the_estimate_it_was_made_on():
+    """The client's message says why: the estimated finish against the SLA, the wait, the
+    run time and the correction - numbers the test can check against the request."""
+    s = make(control=ctl(infeasible_policy="reject"))
+    submit(s, 0.0, req(0, 0.0, sla_ms=0.8), req(1, 0.0))
+    (r, reason), = s.schedule(0.0002).rejected
+    assert reason == RejectReason.INFEASIBLE  # still the metric label
+    message = refusal_message(reason)
+    assert message.startswith(str(RejectReason.INFEASIBLE) + " (estimated finish ")
+    finish_ms, sla_ms = map(float, re.search(
+        r"estimated finish ([\d.]+) ms after arrival > SLA ([\d.]+) ms", message).groups())
+    assert sla_ms == r.sla_ms and finish_ms > sla_ms
+    assert "waited 0.2 ms, starts now, then runs 1.0 ms alone" in message
+    assert "cost correction 1.00" in message
+    assert refusal_message(RejectReason.QUEUE_FULL) == "queue full"
 
 
 def test_reject_policy_rejects_even_when_queue_then_empty():
