@@ -1,7 +1,10 @@
 """The reliability suite's short cases (scripts/reliability.py --quick) on a real server:
 overload 2x with recovery and timely refusals, a short soak, kill -9 of a stub with 150
 requests queued (intake hold), hostile reloads, and a drip-feeding metrics endpoint. Every
-request must get exactly one answer, and the server must be healthy after each case."""
+request must get exactly one answer, the server must be healthy after each case, and the
+main server must stop by itself within its exit timeout (the kill and hostile cases run on
+servers of their own, whose stops Triton 2.51 holds to their exit timeout: documented).
+Time bounds are the full run's (make reliability): here a missed one is only a WARN."""
 
 from __future__ import annotations
 
@@ -39,9 +42,13 @@ def test_reliability_quick():
     case = header.index("case")
     healthy = header.index("healthy afterwards")
     assert {r[case] for r in rows} >= {"overload 2x", "soak", "stub kill -9 (intake hold)",
-                                       "hostile reloads", "drip-feeding metrics endpoint"}, \
-        proc.stdout
+                                       "hostile reloads", "drip-feeding metrics endpoint",
+                                       "server stop (after the cases)"}, proc.stdout
     for row in rows:
         assert row[lost] == "0", f"{row[case]}: {row[lost]} requests lost\n{proc.stdout}"
-        if row[-1] != "skipped":
+        if row[case].startswith("server stop"):
+            main_server = row[case] == "server stop (after the cases)"
+            assert row[-1] == "PASS" if main_server else row[-1].startswith(
+                ("PASS", "documented")), f"{row[case]}: {row[-1]}\n{proc.stdout}"
+        elif row[-1] != "skipped":
             assert row[healthy].startswith("yes"), f"{row[case]}: {row[healthy]}\n{proc.stdout}"
