@@ -168,6 +168,9 @@ def failure_reason(output: str) -> str:
     return " / ".join(tail) or "no output"
 
 
+REPLAY_HUNG = "perf_analyzer did not finish"  # how a replay that ran past its timeout is told
+
+
 def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
                  request_count: int, export_path: str, protocol: str = "http",
                  timeout_s: float = 600, extra: Sequence[str] = ()) -> TraceRun:
@@ -187,8 +190,10 @@ def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or b"").decode(errors="replace") if isinstance(
             exc.stdout, bytes) else (exc.stdout or "")
+        tail = " / ".join(line.strip() for line in output.splitlines()[-3:] if line.strip())
         return TraceRun(model, cmd, -1, output, None, (),
-                        f"perf_analyzer did not finish within {timeout_s:.0f} s")
+                        f"{REPLAY_HUNG} within {timeout_s:.0f} s"
+                        + (f" (its last output: {tail[:300]})" if tail else ""))
     output = proc.stdout + proc.stderr
     if proc.returncode != 0 or not os.path.exists(export_path):
         return TraceRun(model, cmd, proc.returncode, output, None, (),
