@@ -15,11 +15,13 @@ and operator tools use it to write deployments).
   queue and every decision. Those requests' arrival is estimated (the middle of the
   park). Like ``release``, a crash of the stub loses the requests already handed over;
   like ``hold``, refusals of what waited in Triton's queue come up to one park late.
-* ``hold``: ``execute()`` returns only once its requests are answered, so they stay
-  Triton's until then and a stub crash fails them (INTERNAL, within about a second)
-  instead of losing them. Triton's dynamic batcher (delay 0) queues what arrives
-  meanwhile and hands it over in one call; that backlog is invisible to the plugin, so
-  past capacity refusals come late (see README, "Stub crashes").
+* ``hold``: ``execute()`` decides, runs and answers its own requests in the calling
+  thread and returns their responses (no scheduler thread, no responder threads, one
+  decision pass per call), so they stay Triton's until then and a stub crash fails them
+  (INTERNAL, within about a second) instead of losing them. Triton's dynamic batcher
+  (delay 0) queues what arrives meanwhile and hands it over in the next call; that
+  backlog is invisible to the plugin, so past capacity refusals come late (see README,
+  "Stub crashes").
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Two model classes, selected by each model folder's one-line ``model.py``:
     ``*_explicit``: owns its queue. ``execute()`` validates each request, keeps its
     response sender, queues it and returns ``None``; a scheduler thread asks
     ``scheduler_core`` for batches, runs them (in process, or through BLS on another
-    model) and sends exactly one final response, or one error, per request.
+    model) and responder threads send exactly one final response, or one error, per
+    request. With ``intake: hold`` the calling thread does all of it for its own requests
+    and returns their responses.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
 CANCEL_CHECK_MIN_WAIT_S = 0.1
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
 # model profiles its execute() calls, its scheduler thread and its responder thread
-# (cProfile) and writes <folder>/<model>.<execute|loop|respond>.pstats when it unloads.
+# (cProfile, on each thread's CPU clock) and writes <folder>/<model>.<execute|loop|respond>
+# .pstats when it unloads.
 # Off unless set: it slows the stub.
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 # intake: gather. A call parked while a batch runs returns at the latest after this long
@@ -376,29 +379,6 @@ class BLSExecutor:
         return pb_utils.get_output_tensor_by_name(response, "EMBEDDING").as_numpy()
 
 
-class _HeldCall:
-    """The requests of one ``execute()`` call under ``intake: hold``: the call returns
-    only once every one of them has been sent its final response, so none is ever
-    released to the plugin alone (a request inside a running execute() is answered by
-    Triton even if this stub dies)."""
-
-    def __init__(self, count: int):
-        self._left = count
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        if count == 0:
-            self._done.set()
-
-    def sent_one(self) -> None:
-        with self._lock:
-            self._left -= 1
-            if self._left == 0:
-                self._done.set()
-
-    def wait(self) -> None:
-        self._done.wait()
-
-
 class GenericBLSExecutor:
     """Runs a batch on another Triton model through BLS under any tensor contract
     (``tensor_contract``): sequences padded, other inputs concatenated, the outputs split
@@ -467,8 +447,11 @@ class _Pending:
     sender: Any
     input_ids: np.ndarray
     answered: bool = False
-    held: _HeldCall | None = None  # intake: hold - the execute() call waiting for it
     decoded: GenericRequest | None = None  # any other tensor contract: the whole request
+    # intake: hold - the running execute() call's response list and this request's place
+    # in it: its answer is returned from that call (none is sent from another thread).
+    responses: list | None = None
+    slot: int = -1
 
 
 class ExplicitModel:
@@ -542,20 +525,25 @@ class ExplicitModel:
         self._profilers = {}
         if self._profile_dir:
             import cProfile  # noqa: PLC0415 - only when asked for
-            self._profilers = {"execute": cProfile.Profile(), "loop": cProfile.Profile(),
-                               "respond": cProfile.Profile()}
+            # Each profiler runs on one thread: timed by that thread's CPU clock, so the
+            # figures are CPU seconds (scripts/host_ledger.py), not wall time.
+            self._profilers = {name: cProfile.Profile(time.thread_time)
+                               for name in ("execute", "loop", "respond")}
         self._start_sidecar()
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         responders = _int_parameter(self.params, "responder_threads", RESPONDER_THREADS,
                                     self.model_name) or 1
-        self._responders = [threading.Thread(target=self._respond_loop, daemon=True,
-                                             name=f"explicit-responder-{k}")
-                            for k in range(responders)]
+        # intake: hold decides, runs and answers inside execute() (the calling thread):
+        # no scheduler thread, no responders, no hand-over between threads.
+        self._responders = [] if self._hold else [
+            threading.Thread(target=self._respond_loop, daemon=True,
+                             name=f"explicit-responder-{k}") for k in range(responders)]
         for thread in self._responders:
             thread.start()
-        self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = None if self._hold else threading.Thread(
+            target=self._run_loop, name="explicit-scheduler", daemon=True)
+        if self._thread is not None:
+            self._thread.start()
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
@@ -611,6 +599,57 @@ class ExplicitModel:
             self._thread_cpu_s["execute"] += time.thread_time() - cpu0
 
     def _execute(self, requests):
+        return self._execute_held(requests) if self._hold else self._execute_queued(requests)
+
+    def _decode_call(self, requests, arrival: float, responses: list | None = None
+                     ) -> tuple[list[QueuedRequest], float]:
+        """A call's valid requests as queued requests (``responses``: intake hold's list
+        their answers go to); an invalid one is answered INVALID_ARG at once. Also the
+        smallest SLA among them."""
+        queued: list[QueuedRequest] = []
+        min_sla_ms = math.inf
+        for i, request in enumerate(requests):
+            handle = _Pending(request, None if responses is not None
+                              else request.get_response_sender(), None,
+                              responses=responses, slot=i)
+            try:
+                decoded = self._decode(request)
+            except RequestError as exc:
+                self.metrics.on_rejected("invalid_input")
+                self._reply(handle, _error(str(exc), pb_utils.TritonError.INVALID_ARG))
+                continue
+            handle.input_ids = decoded.input_ids
+            handle.decoded = decoded if self.contract else None
+            sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
+            min_sla_ms = min(min_sla_ms, sla_ms)
+            queued.append(QueuedRequest(next(self._ids), int(decoded.input_ids.size),
+                                        arrival, sla_ms, handle))
+        return queued, min_sla_ms
+
+    def _submit_call(self, queued: list[QueuedRequest], now: float) -> None:
+        """Queue a call's requests with the scheduler (held lock: one wake-up for the whole
+        call); the ones refused at the door are answered UNAVAILABLE."""
+        refused: list[tuple[QueuedRequest, str, str]] = []
+        with self._cond:
+            if self._stopping:
+                refused = [(q, "model is shutting down", "shutting_down") for q in queued]
+            else:
+                for q in queued:
+                    try:
+                        self.scheduler.submit(q, now)
+                    except QueueFull as exc:
+                        refused.append((q, f"queue full: {exc}", "queue_full"))
+                self._arrivals += len(queued) - len(refused)
+            self._calls += 1
+            self._cond.notify()
+        for q, message, reason in refused:
+            self.metrics.on_rejected(reason)
+            q.handle.answered = True
+            self._reply(q.handle, _error(message, pb_utils.TritonError.UNAVAILABLE))
+
+    def _execute_queued(self, requests):
+        """intake release / gather: queue the call's requests for the scheduler thread and
+        return (gather: once the batch in flight has ended)."""
         now = time.monotonic()
         arrival = now
         if self._gather:
@@ -624,48 +663,37 @@ class ExplicitModel:
             if parked is not None and now - parked[1] <= GATHER_HAND_OVER_S:
                 arrival = (parked[0] + parked[1]) / 2.0
             self._prev_call_start, self._prev_parked = now, None
-        held = _HeldCall(len(requests)) if self._hold else None
-        queued: list[QueuedRequest] = []
-        min_sla_ms = math.inf
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                decoded = self._decode(request)
-            except RequestError as exc:
-                self.metrics.on_rejected("invalid_input")
-                self._send(sender, _error(str(exc), pb_utils.TritonError.INVALID_ARG), held)
-                continue
-            sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
-            min_sla_ms = min(min_sla_ms, sla_ms)
-            queued.append(QueuedRequest(
-                next(self._ids), int(decoded.input_ids.size), arrival, sla_ms,
-                _Pending(request, sender, decoded.input_ids, held=held,
-                         decoded=decoded if self.contract else None)))
-        refused: list[tuple[QueuedRequest, str, str]] = []
-        with self._cond:  # one lock and one wake-up for the whole call
-            if self._stopping:
-                refused = [(q, "model is shutting down", "shutting_down") for q in queued]
-            else:
-                for q in queued:
-                    try:
-                        self.scheduler.submit(q, now)
-                    except QueueFull as exc:
-                        refused.append((q, f"queue full: {exc}", "queue_full"))
-                self._arrivals += len(queued) - len(refused)
-            self._calls += 1
-            generation = self._release_gen  # a release from now on lets this call return
-            self._cond.notify()
-        for q, message, reason in refused:
-            self.metrics.on_rejected(reason)
-            q.handle.answered = True
-            self._send(q.handle.sender, _error(message, pb_utils.TritonError.UNAVAILABLE), held)
-        if held is not None:
-            held.wait()  # every request of this call has had its final response sent
-        elif self._gather:
+        queued, min_sla_ms = self._decode_call(requests, arrival)
+        generation = self._release_gen  # a release from now on lets this call return
+        self._submit_call(queued, now)
+        if self._gather:
             # The smallest recent SLA (it creeps back up by 1 % a call).
             self._recent_min_sla_ms = min(min_sla_ms, self._recent_min_sla_ms * 1.01)
             self._park(len(requests), generation)
         return None
+
+    def _execute_held(self, requests):
+        """intake hold: decide, run and answer this call's requests in this thread, and
+        return their responses - none is released before execute() returns, so a stub
+        crash leaves them to Triton, which fails them (INTERNAL). Triton's dynamic batcher
+        queues what arrives meanwhile and hands it over in the next call: one decision
+        pass per call, not per arrival, and no hand-over between threads."""
+        now = time.monotonic()
+        responses: list = [None] * len(requests)
+        queued, _ = self._decode_call(requests, now, responses)
+        self._submit_call(queued, now)
+        while self.scheduler.queue_depth:  # flush: every pass ships or sheds something
+            self._dispatch_once(flush=True)
+        self._maybe_log_stats(time.monotonic())
+        out = []
+        for response in responses:
+            try:
+                out.append(response() if callable(response) else response)
+            except Exception as exc:  # never leave a request without its answer
+                out.append(_error(f"could not build the response: {exc}",
+                                  pb_utils.TritonError.INTERNAL))
+        return [r if r is not None else _error("request left unanswered (a bug)",
+                                               pb_utils.TritonError.INTERNAL) for r in out]
 
     def _park(self, requests: int, generation: int) -> None:
         """intake gather: return only once the scheduler thread lets parked calls go -
@@ -711,21 +739,31 @@ class ExplicitModel:
                               MINILM_VOCAB_SIZE, _timeout_us(request))
 
     @staticmethod
-    def _send(sender, response, held: _HeldCall | None = None) -> None:
+    def _send(sender, response) -> None:
         try:
             sender.send(response, flags=FINAL)
         except Exception as exc:  # the client may be gone; never let that kill the loop
             pb_utils.Logger.log_warn(f"could not send a response: {exc}")
-        if held is not None:
-            held.sent_one()
+
+    def _reply(self, handle: _Pending, response) -> None:
+        """Answer now, from this thread: into the running call's list (intake hold), or
+        sent."""
+        if handle.responses is not None:
+            handle.responses[handle.slot] = response
+        else:
+            self._send(handle.sender, response)
 
     def _answer(self, req: QueuedRequest, response) -> None:
         """The one final response of a queued request (a second one is never sent).
-        ``response`` is a response or a function that builds one; the responder thread
-        builds and sends it, so the scheduler thread goes on to the next batch at once."""
+        ``response`` is a response or a function that builds one: intake hold keeps it for
+        the call's return; otherwise a responder thread builds and sends it, so the
+        scheduler thread goes on to the next batch at once."""
         if not req.handle.answered:
             req.handle.answered = True
-            self._outbox.put((req.handle, response))
+            if req.handle.responses is not None:
+                req.handle.responses[req.handle.slot] = response
+            else:
+                self._outbox.put((req.handle, response))
 
     def _respond_loop(self) -> None:
         """The responder thread: builds and sends queued responses until the sentinel.
@@ -757,7 +795,7 @@ class ExplicitModel:
             except Exception as exc:  # never leave a request without its answer
                 response = _error(f"could not build the response: {exc}",
                                   pb_utils.TritonError.INTERNAL)
-            self._send(handle.sender, response, handle.held)
+            self._send(handle.sender, response)
 
     @staticmethod
     def _is_cancelled(req: QueuedRequest) -> bool:
@@ -820,16 +858,40 @@ class ExplicitModel:
                 time.sleep(0.01)
 
     def _step(self) -> bool:
-        """One scheduling step; False once stopping and the queue is empty.
+        """One step of the scheduler thread (intake release / gather); False once stopping
+        and the queue is empty."""
+        now, decision, arrivals_seen = self._dispatch_once(flush=self._stopping)
+        if decision.batch:
+            return True
+        if self._stopping:
+            return False
+        self._sweep_cancelled(now)
+        # Wake for the scheduler's own time, an arrival, or the next decision period.
+        timeout = self._control_period_s
+        wake_at = wake_time(decision, now)
+        if wake_at is not None:
+            timeout = min(timeout, wake_at - now)
+        with self._cond:
+            if self._arrivals == arrivals_seen:  # nothing arrived since the decision
+                if self._parked:  # intake gather: let it go, or nothing else can arrive
+                    self._release_gen += 1
+                    self._park_cond.notify_all()
+                self._cond.wait(timeout=timeout)
+        self._maybe_log_stats(time.monotonic())
+        return True
+
+    def _dispatch_once(self, flush: bool):
+        """Ask the scheduler once, answer what it sheds and run the batch it forms (the
+        scheduler thread, or intake hold's execute() with ``flush``: nothing arrives until
+        that call has answered its requests, so waiting for arrivals cannot pay). Returns
+        (now, the decision, the arrivals counted when it was made).
 
         Whatever fails inside, every request this step took out of the queue leaves with
         exactly one response (the ``finally`` answers the ones still owed)."""
         with self._cond:
             now = time.monotonic()
             sidecar_health = self._apply_perception(now)
-            # Held intake: nothing arrives until this call's requests are answered, so
-            # waiting for arrivals cannot pay - form and send without waiting.
-            decision = decide(self.scheduler, now, flush=self._stopping or self._hold)
+            decision = decide(self.scheduler, now, flush=flush)
             arrivals_seen = self._arrivals
         owed = [*decision.batch, *(r for r, _ in decision.rejected)]
         started = None
@@ -855,7 +917,6 @@ class ExplicitModel:
                     raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
                 self._run_batch(batch, started, decision.former)
                 started = None
-                return True
         finally:
             unanswered = [r for r in owed if not r.handle.answered]
             for r in unanswered:
@@ -863,22 +924,8 @@ class ExplicitModel:
                                        pb_utils.TritonError.INTERNAL))
             if started is not None:  # the batch never finished normally
                 self._batch_finished(batch, started, succeeded=False)
-        if self._stopping:
-            return False
-        self._sweep_cancelled(now)
-        # Wake for the scheduler's own time, an arrival, or the next decision period.
-        timeout = self._control_period_s
-        wake_at = wake_time(decision, now)
-        if wake_at is not None:
-            timeout = min(timeout, wake_at - now)
-        with self._cond:
-            if self._arrivals == arrivals_seen:  # nothing arrived since the decision
-                if self._parked:  # intake gather: let it go, or nothing else can arrive
-                    self._release_gen += 1
-                    self._park_cond.notify_all()
-                self._cond.wait(timeout=timeout)
-        self._maybe_log_stats(time.monotonic())
-        return True
+        return now, decision, arrivals_seen
+
 
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
         if not batch:  # every member was cancelled
@@ -985,7 +1032,8 @@ class ExplicitModel:
             self._stopping = True
             self._cond.notify_all()
             self._park_cond.notify_all()
-        self._thread.join(timeout=SHUTDOWN_DRAIN_S)
+        if self._thread is not None:  # intake hold has none: its calls answered everything
+            self._thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
         self.metrics.close()
