@@ -1,0 +1,250 @@
+"""Per-request host-cost ledger: where the Python stub's CPU goes, per request, for Triton's
+own batcher (native) and each intake of the plugin, at the closed-loop peak.
+
+For each setting (the EMULATED device at time scale 1 on the flat GPU-like profile and on
+``h200_minilm``, and host-bound at time scale 0.01) one server holds native and every
+intake (``scripts/intake_check.py``'s variants: serve_late, their own profiles).
+perf_analyzer drives each model in turn, closed loop (64 in flight), twice:
+
+1. plain: throughput, and the stub's whole CPU (/proc) per answered request; after the
+   run the models are unloaded and their own account is read from the server log (CPU
+   seconds of the execute() thread, the scheduler thread and the responders);
+2. profiled (``EXPLICIT_BATCHING_CPROFILE_DIR``; cProfile on each thread's CPU clock, so
+   slower): the same threads' CPU split into stages by the functions they ran.
+
+Writes results/host_ledger.md (``--out``). The device is EMULATED on this 2-core machine
+(server, stubs and perf_analyzer share the cores): the figures compare host paths, they
+are not a GPU's.
+
+    .venv/bin/python scripts/host_ledger.py [--measurement-ms 4000] [--settings flat h200 host]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pstats
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
+
+import intake_check as ic  # noqa: E402
+from triton_backend.launcher import TritonServer  # noqa: E402
+
+DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "host_ledger.md")
+SETTINGS = {  # name: (time scale, flat profile, hardware profile or "")
+    "flat": (1.0, True, ""),
+    "h200": (1.0, False, "h200_minilm"),
+    "host": (0.01, False, ""),
+}
+SHIPPED_DEFAULT = "release"  # the shipped models' intake (no dynamic_batching in front)
+# Stages by the functions that enter them: cumulative CPU of their calls made from outside
+# every stage's entry functions (a stage entered straight from another's entry counts for
+# the outer one; one entered through a helper of another stage may count twice).
+STAGES = {
+    "execute() and decode": ("_decode", "_decode_call", "decode_request", "decode_generic"),
+    "enqueue": ("_submit_call", "submit"),
+    "decide": ("decide", "schedule", "tick"),
+    "batch assembly and executor": ("_run_executor",),
+    "build the response": ("_embedding_response", "_outputs_response"),
+    "send": ("_send",),
+    "metrics": ("on_batch", "on_dispatch", "on_response", "on_rejected", "flush",
+                "on_event"),
+    "cancellation checks": ("_drop_cancelled", "_sweep_cancelled", "_is_cancelled"),
+    "logging": ("_log_zone_change", "_maybe_log_stats"),
+    "waits and wake-ups": ("wait", "notify", "notify_all", "get", "put", "_park"),
+}
+
+
+def _param(key: str, value: str) -> str:
+    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+
+
+def build_repository(repo: str, time_scale: float, flat: bool, profile: str) -> list[str]:
+    """native and one model per intake in ``repo``; returns their names (native last)."""
+    names = [ic._variant(repo, intake, time_scale, flat) for intake in ic.INTAKE_CONFIG]
+    ic._native(repo, names[0], time_scale, flat)
+    if profile:
+        for name in (*names, ic.NATIVE):
+            with open(os.path.join(repo, name, "config.pbtxt"), "a") as fh:
+                fh.write(_param("hardware_profile", profile))
+        if profile == "h200_minilm":  # its max_batch_size 64: native batches as much
+            path = os.path.join(repo, ic.NATIVE, "config.pbtxt")
+            with open(path) as fh:
+                text = fh.read().replace("max_batch_size: 32", "max_batch_size: 64")
+            with open(path, "w") as fh:
+                fh.write(text)
+    return [*names, ic.NATIVE]
+
+
+@dataclass
+class Entry:
+    model: str
+    throughput: float | None = None
+    stub_us: float | None = None  # whole stub CPU per answered request (/proc)
+    requests: int = 0  # the plugin's own count at unload
+    threads_s: dict[str, float] = field(default_factory=dict)  # plugin's account
+    stages_s: dict[str, dict[str, float]] = field(default_factory=dict)  # thread: stage
+
+
+def _unload_all(server: TritonServer, models: list[str]) -> None:
+    for model in models:
+        req = urllib.request.Request(
+            f"http://{server.http_url}/v2/repository/models/{model}/unload", data=b"{}",
+            method="POST", headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()
+
+
+def _thread_account(log: str, model: str) -> tuple[dict[str, float], int]:
+    """The model's unload line: {thread: CPU s}, requests."""
+    with open(log, errors="replace") as fh:
+        lines = [x for x in fh if f"{model}: unloading; thread CPU s:" in x]
+    if not lines:
+        return {}, 0
+    text = lines[-1].split("thread CPU s:", 1)[1]
+    parts = dict(p.split("=", 1) for p in text.split(";")[0].split())
+    requests = int(text.split("requests=", 1)[1].split(";")[0]) if "requests=" in text else 0
+    return {k: float(v) for k, v in parts.items()}, requests
+
+
+def stage_split(path: str) -> dict[str, float]:
+    """CPU seconds per stage in one pstats file (plus "other": the rest of the thread)."""
+    stats = pstats.Stats(path)
+    entries = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    total = sum(tt for (_, _, tt, _, _) in entries.values())
+    stage_of = {fn: stage for stage, fns in STAGES.items() for fn in fns}
+    out = {stage: 0.0 for stage in STAGES}
+    for key, (_, _, _, ct, callers) in entries.items():
+        stage = stage_of.get(key[2])
+        if stage is None:
+            continue
+        # Count the calls made from outside every stage's entry functions: one entered
+        # straight from another stage's entry is that stage's (no double counting).
+        # (Calls from outside the profiled frames have no caller entry: subtract instead.)
+        out[stage] += ct - sum(edge[3] for caller, edge in callers.items()
+                               if caller[2] in stage_of)
+    out["other"] = max(0.0, total - sum(out.values()))
+    out["total"] = total
+    return out
+
+
+def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> list[Entry]:
+    time_scale, flat, profile = SETTINGS[setting]
+    entries: dict[str, Entry] = {}
+    for profiled in (False, True):
+        repo = os.path.join(tmp, f"{setting}-{'profiled' if profiled else 'plain'}")
+        os.makedirs(repo)
+        models = build_repository(repo, time_scale, flat, profile)
+        log = os.path.join(repo + ".log")
+        prof_dir = os.path.join(tmp, f"{setting}-pstats")
+        if profiled:
+            os.environ[ic_env()] = prof_dir
+        try:
+            with TritonServer(repo, log_path=log) as server:
+                for model in models:
+                    row = ic._measure(server, repo, model, 0, measurement_ms,
+                                      concurrency=concurrency)
+                    e = entries.setdefault(model, Entry(model))
+                    if not profiled:
+                        e.throughput = row.result.throughput if row.result else None
+                        e.stub_us = row.stub_us_per_request
+                    print(f"{setting} {'profiled' if profiled else 'plain'} {model}: "
+                          f"{row.result.throughput if row.result else row.error} req/s, "
+                          f"stub {row.stub_us_per_request} us/request", flush=True)
+                _unload_all(server, models)
+        finally:
+            os.environ.pop(ic_env(), None)
+        for model in models:
+            threads, requests = _thread_account(log, model)
+            e = entries[model]
+            if not profiled:
+                e.threads_s, e.requests = threads, requests
+            else:
+                for thread in ("execute", "loop", "respond"):
+                    path = os.path.join(prof_dir, f"{model}.{thread}.pstats")
+                    if os.path.exists(path):
+                        split = stage_split(path)
+                        if split["total"] > 0:
+                            e.stages_s[thread] = {k: v / max(1, requests) * 1e6
+                                                  for k, v in split.items()}
+    return list(entries.values())
+
+
+def ic_env() -> str:
+    return "EXPLICIT_BATCHING_CPROFILE_DIR"
+
+
+def _f(x: float | None, spec: str = ".0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def report(setting: str, entries: list[Entry]) -> list[str]:
+    time_scale, flat, profile = SETTINGS[setting]
+    what = ("flat GPU-like t4 (fixed 3.9 ms, 0.0006 ms/token)" if flat else
+            profile or "t4") + f", time scale {time_scale:g}"
+    native = next((e for e in entries if e.model == ic.NATIVE), None)
+    lines = [f"### {setting}: EMULATED {what}", "",
+             "| model | closed-loop req/s | x native | stub CPU (us/request) | x native | "
+             "execute() thread | scheduler thread | responders |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in entries:
+        per = {k: 1e6 * v / e.requests for k, v in e.threads_s.items()} if e.requests else {}
+        name = e.model + (" (shipped default)" if e.model.endswith(SHIPPED_DEFAULT) else "")
+        lines.append(
+            f"| {name} | {_f(e.throughput)} | "
+            f"{_f(e.throughput / native.throughput if native and native.throughput and e.throughput else None, '.2f')} | "
+            f"{_f(e.stub_us)} | "
+            f"{_f(e.stub_us / native.stub_us if native and native.stub_us and e.stub_us else None, '.2f')} | "
+            f"{_f(per.get('execute'))} | {_f(per.get('loop'))} | {_f(per.get('respond'))} |")
+    lines += ["", "Stages, us of CPU per request under cProfile (each thread's CPU clock; "
+              "cProfile slows the stub, so compare stages, not totals with the table above):",
+              "", "| model | thread | " + " | ".join(STAGES) + " | other | total |",
+              "|---|---|" + "---:|" * (len(STAGES) + 2)]
+    for e in entries:
+        for thread, split in e.stages_s.items():
+            lines.append(f"| {e.model} | {thread} | "
+                         + " | ".join(_f(split.get(s)) for s in STAGES)
+                         + f" | {_f(split.get('other'))} | {_f(split.get('total'))} |")
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--measurement-ms", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--title", default="")
+    args = parser.parse_args()
+    blocks = []
+    with tempfile.TemporaryDirectory(prefix="ledger-") as tmp:
+        for setting in args.settings:
+            blocks += report(setting, measure(setting, args.measurement_ms,
+                                              args.concurrency, tmp))
+    command = ("scripts/host_ledger.py --settings " + " ".join(args.settings)
+               + f" --measurement-ms {args.measurement_ms}")
+    text = "\n".join([
+        f"# Host-cost ledger{': ' + args.title if args.title else ''}", "",
+        f"Generated by `.venv/bin/python {command}` on this machine (2 shared cores, no "
+        "GPU: the device is EMULATED). Closed loop, perf_analyzer concurrency "
+        f"{args.concurrency}. Stub CPU: the model's whole Python-stub process over the run "
+        "(/proc), per request Triton answered. The thread columns are the plugin's own "
+        "account at unload (CPU s of each thread over the run, per request it counted): "
+        "execute() is Triton's calling thread, the scheduler thread decides and runs "
+        "batches (release, gather), the responders build and send responses. Intake hold "
+        "runs everything on the execute() thread. Native has no such account.", "",
+        *blocks])
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
+        fh.write(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
