@@ -113,8 +113,12 @@ def _thread_account(log: str, model: str) -> tuple[dict[str, float], int]:
 
 
 def stage_split(path: str) -> dict[str, float]:
-    """CPU seconds per stage in one pstats file (plus "other": the rest of the thread)."""
-    stats = pstats.Stats(path)
+    """CPU seconds per stage in one pstats file (plus "other": the rest of the thread, and
+    "total"); {} for an empty profile."""
+    try:
+        stats = pstats.Stats(path)
+    except TypeError:  # an empty profile (a thread this intake does not run)
+        return {}
     entries = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
     total = sum(tt for (_, _, tt, _, _) in entries.values())
     stage_of = {fn: stage for stage, fns in STAGES.items() for fn in fns}
@@ -145,7 +149,8 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
         if profiled:
             os.environ[ic_env()] = prof_dir
         try:
-            with TritonServer(repo, log_path=log) as server:
+            with TritonServer(repo, log_path=log, extra_args=(
+                    "--model-control-mode=explicit", "--load-model=*")) as server:
                 for model in models:
                     row = ic._measure(server, repo, model, 0, measurement_ms,
                                       concurrency=concurrency)
@@ -169,7 +174,7 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
                     path = os.path.join(prof_dir, f"{model}.{thread}.pstats")
                     if os.path.exists(path):
                         split = stage_split(path)
-                        if split["total"] > 0:
+                        if split and split["total"] > 0:
                             e.stages_s[thread] = {k: v / max(1, requests) * 1e6
                                                   for k, v in split.items()}
     return list(entries.values())
