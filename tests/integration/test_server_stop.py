@@ -71,5 +71,8 @@ def test_a_server_with_queued_work_in_every_intake_exits_within_its_exit_timeout
     for i, [(result, error)] in results.calls.items():
         if error is None:
             assert result.as_numpy("EMBEDDING").shape == (1, 384)
-        else:  # refused while shutting down, never left unanswered
-            assert "StatusCode.UNAVAILABLE" in str(error.status()), (i, error)
+        else:  # refused while shutting down, never left unanswered: by the plugin
+            # (UNAVAILABLE), or by Triton when the request came after the stop began and
+            # the model was already unloading (NOT_FOUND, seen once in a fresh-clone run)
+            assert str(error.status()) in ("StatusCode.UNAVAILABLE",
+                                           "StatusCode.NOT_FOUND"), (i, error)
