@@ -42,6 +42,9 @@ SETTINGS = {  # name: (time scale, flat profile, hardware profile or "")
     "h200": (1.0, False, "h200_minilm"),
     "host": (0.01, False, ""),
 }
+# The plugin's cProfile hook (triton_backend/triton_models.py CPROFILE_ENV; that module
+# imports pb_utils, so it cannot be imported here).
+CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 SHIPPED_DEFAULT = "release"  # the shipped models' intake (no dynamic_batching in front)
 # Stages by the functions that enter them: cumulative CPU of their calls made from outside
 # every stage's entry functions (a stage entered straight from another's entry counts for
@@ -61,10 +64,6 @@ STAGES = {
 }
 
 
-def _param(key: str, value: str) -> str:
-    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
-
-
 def build_repository(repo: str, time_scale: float, flat: bool, profile: str) -> list[str]:
     """native and one model per intake in ``repo``; returns their names (native last)."""
     names = [ic._variant(repo, intake, time_scale, flat) for intake in ic.INTAKE_CONFIG]
@@ -72,7 +71,7 @@ def build_repository(repo: str, time_scale: float, flat: bool, profile: str) -> 
     if profile:
         for name in (*names, ic.NATIVE):
             with open(os.path.join(repo, name, "config.pbtxt"), "a") as fh:
-                fh.write(_param("hardware_profile", profile))
+                fh.write(ic._param("hardware_profile", profile))
         if profile == "h200_minilm":  # its max_batch_size 64: native batches as much
             path = os.path.join(repo, ic.NATIVE, "config.pbtxt")
             with open(path) as fh:
@@ -144,10 +143,10 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
         repo = os.path.join(tmp, f"{setting}-{'profiled' if profiled else 'plain'}")
         os.makedirs(repo)
         models = build_repository(repo, time_scale, flat, profile)
-        log = os.path.join(repo + ".log")
+        log = repo + ".log"
         prof_dir = os.path.join(tmp, f"{setting}-pstats")
         if profiled:
-            os.environ[ic_env()] = prof_dir
+            os.environ[CPROFILE_ENV] = prof_dir
         try:
             with TritonServer(repo, log_path=log, extra_args=(
                     "--model-control-mode=explicit", "--load-model=*")) as server:
@@ -163,7 +162,7 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
                           f"stub {row.stub_us_per_request} us/request", flush=True)
                 _unload_all(server, models)
         finally:
-            os.environ.pop(ic_env(), None)
+            os.environ.pop(CPROFILE_ENV, None)
         for model in models:
             threads, requests = _thread_account(log, model)
             e = entries[model]
@@ -180,12 +179,8 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
     return list(entries.values())
 
 
-def ic_env() -> str:
-    return "EXPLICIT_BATCHING_CPROFILE_DIR"
-
-
-def _f(x: float | None, spec: str = ".0f") -> str:
-    return "-" if x is None else format(x, spec)
+def ratio(x: float | None, base: float | None) -> float | None:
+    return x / base if x and base else None
 
 
 def report(setting: str, entries: list[Entry]) -> list[str]:
@@ -200,12 +195,11 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
     for e in entries:
         per = {k: 1e6 * v / e.requests for k, v in e.threads_s.items()} if e.requests else {}
         name = e.model + (" (shipped default)" if e.model.endswith(SHIPPED_DEFAULT) else "")
-        lines.append(
-            f"| {name} | {_f(e.throughput)} | "
-            f"{_f(e.throughput / native.throughput if native and native.throughput and e.throughput else None, '.2f')} | "
-            f"{_f(e.stub_us)} | "
-            f"{_f(e.stub_us / native.stub_us if native and native.stub_us and e.stub_us else None, '.2f')} | "
-            f"{_f(per.get('execute'))} | {_f(per.get('loop'))} | {_f(per.get('respond'))} |")
+        peak_x = ratio(e.throughput, native.throughput if native else None)
+        cpu_x = ratio(e.stub_us, native.stub_us if native else None)
+        threads = " | ".join(ic._fmt(per.get(t), ".0f") for t in ("execute", "loop", "respond"))
+        lines.append(f"| {name} | {ic._fmt(e.throughput, '.0f')} | {ic._fmt(peak_x, '.2f')} | "
+                     f"{ic._fmt(e.stub_us, '.0f')} | {ic._fmt(cpu_x, '.2f')} | {threads} |")
     lines += ["", "Stages, us of CPU per request under cProfile (each thread's CPU clock; "
               "cProfile slows the stub, so compare stages, not totals with the table above):",
               "", "| model | thread | " + " | ".join(STAGES) + " | other | total |",
@@ -213,8 +207,8 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
     for e in entries:
         for thread, split in e.stages_s.items():
             lines.append(f"| {e.model} | {thread} | "
-                         + " | ".join(_f(split.get(s)) for s in STAGES)
-                         + f" | {_f(split.get('other'))} | {_f(split.get('total'))} |")
+                         + " | ".join(ic._fmt(split.get(s), '.0f') for s in STAGES)
+                         + f" | {ic._fmt(split.get('other'), '.0f')} | {ic._fmt(split.get('total'), '.0f')} |")
     return lines + [""]
 
 
@@ -244,10 +238,7 @@ def main() -> int:
         "batches (release, gather), the responders build and send responses. Intake hold "
         "runs everything on the execute() thread. Native has no such account.", "",
         *blocks])
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write(text)
-    print(f"wrote {args.out}")
+    ic.write_report(args.out, text)
     return 0
 
 

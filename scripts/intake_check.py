@@ -231,11 +231,16 @@ def main() -> int:
         "The plugin's own account at unload (thread CPU seconds over the whole run; "
         "gather's hand-over figures):", "",
         *[f"- `{line}`" for line in hand_over], ""])
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write(text)
-    print(f"wrote {args.out}")
+    write_report(args.out, text)
     return 0
+
+
+def write_report(path: str, text: str) -> None:
+    """Write a results page (its folder made if needed) and say where."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -403,6 +403,18 @@ class GenericBLSExecutor:
         return split_outputs(outputs, len(requests))
 
 
+def _built(response) -> "pb_utils.InferenceResponse":
+    """The response to send or return for one request: ``response``, or the one its
+    builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
+    call holds no answer for it)."""
+    if response is None:
+        return _error("request left unanswered (a bug)", pb_utils.TritonError.INTERNAL)
+    try:
+        return response() if callable(response) else response
+    except Exception as exc:  # never leave a request without its answer
+        return _error(f"could not build the response: {exc}", pb_utils.TritonError.INTERNAL)
+
+
 def _outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(
         output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
@@ -685,15 +697,7 @@ class ExplicitModel:
         while self.scheduler.queue_depth:  # flush: every pass ships or sheds something
             self._dispatch_once(flush=True)
         self._maybe_log_stats(time.monotonic())
-        out = []
-        for response in responses:
-            try:
-                out.append(response() if callable(response) else response)
-            except Exception as exc:  # never leave a request without its answer
-                out.append(_error(f"could not build the response: {exc}",
-                                  pb_utils.TritonError.INTERNAL))
-        return [r if r is not None else _error("request left unanswered (a bug)",
-                                               pb_utils.TritonError.INTERNAL) for r in out]
+        return [_built(response) for response in responses]
 
     def _park(self, requests: int, generation: int) -> None:
         """intake gather: return only once the scheduler thread lets parked calls go -
@@ -789,13 +793,7 @@ class ExplicitModel:
             if item is None:
                 return
             handle, response = item
-            try:
-                if callable(response):
-                    response = response()
-            except Exception as exc:  # never leave a request without its answer
-                response = _error(f"could not build the response: {exc}",
-                                  pb_utils.TritonError.INTERNAL)
-            self._send(handle.sender, response)
+            self._send(handle.sender, _built(response))
 
     @staticmethod
     def _is_cancelled(req: QueuedRequest) -> bool:
