@@ -139,6 +139,15 @@ class LengthAwareFormer:
                     Reason.DILUTION, gap_end_s)
         return size_cap, duration_cap_ms, urgent_lane, None
 
+    def _rest_ms(self, items, taken: list[int], others: list[int]) -> float:
+        """The estimate for ``others``' slots not in ``taken``, as one batch (0: none)."""
+        chosen = set(taken)
+        rest = [items[slot].seq_len for slot in others if slot not in chosen]
+        if not rest:
+            return 0.0
+        return self.estimator.estimate_parts_ms(len(rest), max(rest), sum(rest),
+                                                sum(n * n for n in rest))
+
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
         # One function on purpose: the candidate loop below runs up to 8 * size_cap times
@@ -161,10 +170,8 @@ class LengthAwareFormer:
         items = queue.items
 
         seed_ok, seed = feasible[0], items[top[0]]
-        members = [top[0]]
-        longest = real = seed.seq_len
-        squared = real * real
-        deadline = seed.deadline_s if seed_ok else math.inf
+        seed_deadline = seed.deadline_s if seed_ok else math.inf
+        longest = seed.seq_len
         priority_slots = ctl.priority_slots
         stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
         noncritical_ms = ctl.noncritical_sla_ms
@@ -172,7 +179,7 @@ class LengthAwareFormer:
         max_waste = ctl.max_padding_waste
         check_waste = padded and not compensation
         max_tokens = cfg.max_batch_tokens
-        est_ms = est.estimate_parts_ms(1, longest, real, squared)
+        est_ms = est.estimate_parts_ms(1, longest, longest, longest * longest)
         # est.estimate_parts_ms inlined (the same float operations, in the same order):
         # this loop runs up to 8 * size_cap times per decision.
         cm = est.cfg
@@ -182,13 +189,8 @@ class LengthAwareFormer:
         # The seed and the candidates after it, most urgent first (none for a batch of one).
         stop = 8 * size_cap if size_cap > 1 else 1
         # Urgency matters only for priority slots and the urgent lane.
-        urgent_flags = (islice(urgent_flags, 1, stop) if priority_slots > 0 or urgent_lane
-                        else repeat(False))
+        with_urgency = priority_slots > 0 or urgent_lane
         filtering = urgent_lane or stop_noncritical
-        size = 2  # the batch's size if the next candidate joins
-        span = longest * size  # its padded tokens if the candidate is not longer
-        # Every check below only skips a candidate, so their order is free: the cheapest
-        # and most selective first (padding waste rejects most candidates).
         # A measured table (est.table) says what padding really costs (see the check in the
         # loop); without one, the padded-token share stands in for the cost.
         table = est.table
@@ -198,60 +200,93 @@ class LengthAwareFormer:
         # quarter of a full batch is queued; with fewer, its alternative is running alone.
         behind = len(queue) >= cfg.max_batch_size * EFFICIENT_ALTERNATIVE_QUEUED
         shortest = table.seed.lengths[0] if table else 0
-        for urgent, ok, n, slot in zip(urgent_flags, islice(feasible, 1, stop),
-                                       islice(lengths, 1, stop), islice(top, 1, stop)):
-            if n <= longest:
-                new_longest, new_span = longest, span
-            else:
-                new_longest, new_span = n, n * size
-            if new_span > max_tokens:
-                continue
-            if table is None:
-                # Compute-aware splitting (padded): too much padding, unless on a priority slot.
-                if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
-                        urgent and priority_slots > 0):
-                    continue
-                if padded:
-                    candidate_ms = (fixed + per_seq * size + per_tok * new_span
-                                    + per_sq * (new_span * new_longest)) * scale * corr
+        seed_ms = est_ms
+
+        def scan(check_waste: bool):
+            """The candidates that join the seed: (slots, estimate ms, deadline, how many
+            were left out for their padding alone)."""
+            members = [top[0]]
+            longest, real, squared, deadline, est_ms = (seed.seq_len, seed.seq_len,
+                                                        seed.seq_len ** 2, seed_deadline,
+                                                        seed_ms)
+            slots_left = priority_slots
+            waste_skipped = 0
+            size = 2  # the batch's size if the next candidate joins
+            span = longest * size  # its padded tokens if the candidate is not longer
+            # Every check below only skips a candidate, so their order is free: the
+            # cheapest and most selective first (padding waste rejects most candidates).
+            flags = islice(urgent_flags, 1, stop) if with_urgency else repeat(False)
+            for urgent, ok, n, slot in zip(flags, islice(feasible, 1, stop),
+                                           islice(lengths, 1, stop), islice(top, 1, stop)):
+                if n <= longest:
+                    new_longest, new_span = longest, span
                 else:
-                    candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
-                                    + per_sq * (squared + n * n)) * scale * corr
-            else:
-                candidate_ms = table.lookup_ms(
-                    size, new_longest if padded else (real + n) / size) * scale
-                # Inside the flat (launch-bound) region - the padded batch costs no more
-                # than as many of the shortest sequences - the batch just fills. Past it, a
-                # candidate joins only if what it adds to the batch's cost is at most what
-                # it would cost otherwise: its share of an efficient batch of its own
-                # length when the queue holds one (behind), else running alone.
-                if check_waste and candidate_ms > flat_factor * table.lookup_ms(
-                        size, shortest) and candidate_ms - est_ms > (1.0 + max_waste) * (
-                        items[slot].efficient_ms / max(1, min(efficient_size, max_tokens // n))
-                        if behind else items[slot].alone_ms) and not (
-                        urgent and priority_slots > 0):
+                    new_longest, new_span = n, n * size
+                if new_span > max_tokens:
                     continue
-            if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
-                    seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
-                continue
-            if candidate_ms > duration_cap_ms:
-                continue
-            if ok:
-                due = items[slot].deadline_s
-                bound = deadline if deadline <= due else due
-            else:
-                bound = deadline
-            if now_s + candidate_ms / 1000.0 > bound:
-                continue  # adding it would make a member miss: leave it for another batch
-            members.append(slot)
-            longest, real, squared, deadline, est_ms = (new_longest, real + n, squared + n * n,
-                                                        bound, candidate_ms)
-            if urgent and priority_slots > 0:
-                priority_slots -= 1
-            size += 1
-            if size > size_cap:
-                break
-            span = longest * size
+                if table is None:
+                    # Compute-aware splitting (padded): too much padding, unless on a
+                    # priority slot.
+                    if check_waste and 1.0 - (real + n) / new_span > max_waste and not (
+                            urgent and slots_left > 0):
+                        waste_skipped += 1
+                        continue
+                    if padded:
+                        candidate_ms = (fixed + per_seq * size + per_tok * new_span
+                                        + per_sq * (new_span * new_longest)) * scale * corr
+                    else:
+                        candidate_ms = (fixed + per_seq * size + per_tok * (real + n)
+                                        + per_sq * (squared + n * n)) * scale * corr
+                else:
+                    candidate_ms = table.lookup_ms(
+                        size, new_longest if padded else (real + n) / size) * scale
+                    # Inside the flat (launch-bound) region - the padded batch costs no
+                    # more than as many of the shortest sequences - the batch just fills.
+                    # Past it, a candidate joins only if what it adds to the batch's cost
+                    # is at most what it would cost otherwise: its share of an efficient
+                    # batch of its own length when the queue holds one (behind), else
+                    # running alone.
+                    if check_waste and candidate_ms > flat_factor * table.lookup_ms(
+                            size, shortest) and candidate_ms - est_ms > (1.0 + max_waste) * (
+                            items[slot].efficient_ms / max(1, min(efficient_size,
+                                                                  max_tokens // n))
+                            if behind else items[slot].alone_ms) and not (
+                            urgent and slots_left > 0):
+                        continue
+                if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
+                        seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
+                    continue
+                if candidate_ms > duration_cap_ms:
+                    continue
+                if ok:
+                    due = items[slot].deadline_s
+                    bound = deadline if deadline <= due else due
+                else:
+                    bound = deadline
+                if now_s + candidate_ms / 1000.0 > bound:
+                    continue  # adding it would make a member miss: leave it for another batch
+                members.append(slot)
+                longest, real, squared, deadline, est_ms = (
+                    new_longest, real + n, squared + n * n, bound, candidate_ms)
+                if urgent and slots_left > 0:
+                    slots_left -= 1
+                size += 1
+                if size > size_cap:
+                    break
+                span = longest * size
+            return members, est_ms, deadline, waste_skipped
+
+        members, est_ms, deadline, waste_skipped = scan(check_waste)
+        if waste_skipped and padded and table is None:
+            # Split only where the split pays: the same scan without the padding check,
+            # and whichever leaves less device time for the two batches the queue's
+            # candidates make (this one, and the rest of the other's as one batch). On a
+            # flat, launch-bound cost (GPU-like: a fixed 3.9 ms a batch) splitting by
+            # padding alone ran ~4 batches where one would do.
+            merged, merged_ms, merged_deadline, _ = scan(False)
+            if merged_ms + self._rest_ms(items, merged, members) <= (
+                    est_ms + self._rest_ms(items, members, merged)):
+                members, est_ms, deadline = merged, merged_ms, merged_deadline
         members = [items[slot] for slot in members]
 
         immediate = (Reason.FLUSH if flush else Reason.COMPENSATION if compensation

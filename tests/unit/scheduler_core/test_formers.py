@@ -119,6 +119,56 @@ def test_past_the_flat_region_lengths_are_grouped_where_padding_costs():
     assert formula.formers[Mode.DEFAULT].name == "length_aware"
 
 
+MIXED_LENGTHS = [317, 120, 75, 54, 29, 55, 41, 20, 16, 202, 124, 84, 31, 386, 109, 49, 35, 26,
+                 174, 73, 139, 44, 28, 19, 63, 215, 71, 21]
+
+
+def _formula_flush(cost: CostModelConfig) -> tuple[list[list[int]], float]:
+    """Flush MIXED_LENGTHS on the formula ``cost`` (padded): the batches' lengths and the
+    sum of their estimates."""
+    s = Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=16384),
+                  CostEstimator(cost, "padded"), ControlConfig())
+    for i, n in enumerate(MIXED_LENGTHS):
+        s.submit(QueuedRequest(i, n, 0.0, 1000.0), 0.0)
+    batches, total_ms = [], 0.0
+    while s.queue_depth:
+        d = s.schedule(0.0, flush=True)
+        batches.append([r.seq_len for r in d.batch])
+        total_ms += d.estimated_ms
+        s.batch_started(d.batch, 0.0)
+        s.batch_finished(d.batch, 0.0, 0.0, True)
+    return batches, total_ms
+
+
+def _one_batch_ms(cost: CostModelConfig) -> float:
+    n, longest = len(MIXED_LENGTHS), max(MIXED_LENGTHS)
+    return cost.fixed_ms + cost.per_token_ms * n * longest + cost.per_token_squared_ms * (
+        n * longest * longest)
+
+
+def test_on_a_launch_bound_formula_padding_alone_does_not_split_the_batch():
+    """A GPU-like flat cost (3.9 ms a batch, 0.0006 ms a padded token): these lengths pad
+    far past max_padding_waste, yet a batch per length would pay 3.9 ms each. The flush
+    runs them together (the issue measured ~4 batches a call, and a closed-loop peak at
+    0.6 of native's, before the split had to pay)."""
+    flat = CostModelConfig(fixed_ms=3.9, per_sequence_ms=0.0, per_token_ms=0.0006,
+                           per_token_squared_ms=0.0)
+    batches, total_ms = _formula_flush(flat)
+    assert len(batches) <= 2
+    assert total_ms <= _one_batch_ms(flat) * 1.001
+
+
+def test_where_padding_costs_more_than_a_launch_the_formula_still_splits_by_length():
+    """A steep per-token cost: one padded batch of every length costs far more than
+    batches grouped by length, and the former groups them."""
+    steep = CostModelConfig(fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.01,
+                            per_token_squared_ms=0.0)
+    batches, total_ms = _formula_flush(steep)
+    assert len(batches) >= 3
+    assert total_ms < 0.8 * _one_batch_ms(steep)
+    assert sorted(n for b in batches for n in b) == sorted(MIXED_LENGTHS)
+
+
 @pytest.mark.parametrize("margin_ms, refused", [(0.0, True), (2.0, False)])
 def test_a_request_is_refused_only_when_it_misses_by_more_than_the_margin(margin_ms, refused):
     s = _table_scheduler(ControlConfig(infeasible_margin_ms=margin_ms))
