@@ -87,7 +87,7 @@ from scheduler_core.profile_files import load_profile, profile_path  # noqa: E40
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
 from sidecar.triton_metrics import MetricsParseError  # noqa: E402
-from triton_backend.intake import GATHER_MAX_HAND_OVER  # noqa: E402
+from triton_backend.intake_config import GATHER_MAX_HAND_OVER  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"

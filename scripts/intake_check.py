@@ -34,7 +34,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from operator_tools.perf_analyzer import PerfResult, run_request_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
-from triton_backend.intake import gather_config, hold_config, release_config  # noqa: E402
+from triton_backend.intake_config import gather_config, hold_config, release_config  # noqa: E402
 from triton_backend.launcher import TritonServer  # noqa: E402
 
 CONFIGS = os.path.join(REPO_ROOT, "perf_analyzer_configs")

@@ -116,7 +116,7 @@ from scheduler_core.stats import percentile  # noqa: E402
 from operator_tools.measure import PeriodicSampler, queue_gauges, scrape  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub, rss_mb, threads  # noqa: E402
 from sidecar.triton_metrics import MetricsParseError, read_samples  # noqa: E402
-from triton_backend.intake import hold_config  # noqa: E402
+from triton_backend.intake_config import release_config  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 from triton_backend.supervisor import StubSupervisor, stub_pids  # noqa: E402
 
@@ -168,17 +168,18 @@ def _time_scale_param() -> str:
     return f'parameters {{ key: "time_scale" value: {{ string_value: "{TIME_SCALE:g}" }} }}\n'
 
 
-def copy_explicit(repo: str, name: str, hold: bool = False, extra: str = "") -> str:
+def copy_explicit(repo: str, name: str, release: bool = False, extra: str = "") -> str:
     """A copy of the shipped emulated_explicit named ``name`` in ``repo`` (time scale 10,
-    its own profiles; ``intake: hold`` when ``hold``); returns its folder."""
+    its own profiles; the shipped intake, hold, or ``intake: release`` when ``release``);
+    returns its folder."""
     folder = os.path.join(repo, name)
     shutil.copytree(os.path.join(DEFAULT_MODEL_REPOSITORY, EXPLICIT), folder,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     path = os.path.join(folder, "config.pbtxt")
     with open(path) as fh:
         config = fh.read().replace(f'name: "{EXPLICIT}"', f'name: "{name}"')
-    if hold:
-        config = hold_config(config)
+    if release:
+        config = release_config(config)
     config = (config.rstrip("\n") + "\n" + _time_scale_param()
               + f'parameters {{ key: "profile_dir" value: {{ string_value: "{name}/profiles" }} }}\n'
               + extra)
@@ -891,7 +892,7 @@ def case_kill_hold(ctx: Context) -> CaseResult:
     return on_own_server(ctx, HOLD, "stub kill -9, intake hold", KILLED_STUB_STOP,
                          lambda server: run_stub_kill(ctx, server, HOLD,
                                                       "stub kill -9 (intake hold)",
-                                                      comparison=False), hold=True)
+                                                      comparison=False))
 
 
 def case_kill_release(ctx: Context) -> CaseResult:
@@ -900,7 +901,7 @@ def case_kill_release(ctx: Context) -> CaseResult:
         return CaseResult(name, None, skipped="skipped in --quick")
     return on_own_server(ctx, RELEASE, "stub kill -9, intake release", KILLED_STUB_STOP,
                          lambda server: run_stub_kill(ctx, server, RELEASE, name,
-                                                      comparison=True))
+                                                      comparison=True), release=True)
 
 
 HOSTILE_RELOADS = (  # (label, config parameters, expected in the refusal)

@@ -44,7 +44,7 @@ from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
 from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
                               check_inner_config, decode_generic, split_outputs)
-from .intake import INTAKES
+from .intake import DEFAULT_INTAKE, INTAKES
 from .load_calibration import calibrate_at_load
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
@@ -96,9 +96,10 @@ GATHER_GRACE_US = 0
 # GIL hand-over that made a fixed grace cost peak rate.
 GATHER_GRACE_BATCH_FRACTION = 0.02
 GATHER_GRACE_MAX_S = 0.005
-# A call that starts within this long after a parked call returned carries requests that
-# queued in Triton during the park (see _execute: their arrival time is estimated).
-GATHER_HAND_OVER_S = 0.005
+# A call that starts within this long after the previous one returned (intake hold) or
+# came back from its park (intake gather) carries requests that queued in Triton
+# meanwhile: their arrival time is estimated (see _hand_over_arrival).
+HAND_OVER_S = 0.005
 # Threads that build and send responses. Each send is a round trip to the server that
 # blocks its thread (~0.45 ms here under load, measured with cProfile): one thread caps
 # the model at ~2,100 responses/s whatever the batching. Parameter responder_threads.
@@ -180,10 +181,10 @@ def _intake(config: dict, params: dict[str, str], model: str) -> str:
     its requests and returns at once) or "hold" (execute() returns only once its requests
     are answered: a stub crash fails them instead of losing them). Gather and hold need
     ``dynamic_batching`` and ``max_batch_size`` >= 2 in the model config, or Triton would
-    hand over one request per call. Unset: "gather" where the config has that front,
-    else "release"."""
+    hand over one request per call. Unset: "hold" (DEFAULT_INTAKE) where the config has
+    that front, else "release"."""
     batcher_in_front = "dynamic_batching" in config and config.get("max_batch_size", 0) >= 2
-    intake = params.get("intake", "") or ("gather" if batcher_in_front else "release")
+    intake = params.get("intake", "") or (DEFAULT_INTAKE if batcher_in_front else "release")
     if intake not in INTAKES:
         raise pb_utils.TritonModelException(
             f"model '{model}': parameter intake must be one of {INTAKES}, got {intake!r}")
@@ -403,6 +404,22 @@ class GenericBLSExecutor:
         return split_outputs(outputs, len(requests))
 
 
+# intake hold: a slot of the call's response list whose answer was already sent.
+_SENT = object()
+
+
+def _hand_over_arrival(now: float, previous: tuple[float, float] | None) -> float:
+    """When a call's requests arrived. They queued in Triton while the previous call
+    (intake hold), or its park (intake gather), ran from ``previous[0]`` to
+    ``previous[1]``, somewhere in between; the plugin is not told when (Triton 24.10's
+    Python backend exposes no queue timestamps): take the middle, so deadlines and the
+    latency histograms count that wait. A call that comes later than HAND_OVER_S after
+    that return found Triton's queue empty then: its requests arrived just now."""
+    if previous is not None and now - previous[1] <= HAND_OVER_S:
+        return (previous[0] + previous[1]) / 2.0
+    return now
+
+
 def _built(response) -> "pb_utils.InferenceResponse":
     """The response to send or return for one request: ``response``, or the one its
     builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
@@ -510,6 +527,7 @@ class ExplicitModel:
         self._recent_min_sla_ms = self.profile.scheduler.default_sla_ms
         self._prev_call_start = 0.0  # intake gather: the last call's start, and (start,
         self._prev_parked: tuple[float, float] | None = None  # return) if it parked
+        self._prev_held: tuple[float, float] | None = None  # intake hold: (start, return)
         self._release_gen = 0  # bumped to let parked calls return
         self._calls = 0  # execute() calls whose requests are queued (ends a grace wait)
         # CPU seconds of the stub's threads (execute(), the scheduler loop, the
@@ -668,12 +686,8 @@ class ExplicitModel:
             # Requests that queued in Triton while the previous call was parked arrived
             # somewhere between that call's start and its return; the plugin is not told
             # when (Triton 24.10's Python backend exposes no queue timestamps): take the
-            # middle, so deadlines and the latency histograms count that wait. A call that
-            # comes later than GATHER_HAND_OVER_S after that return found Triton's queue
-            # empty then: its requests arrived just now.
-            parked = self._prev_parked
-            if parked is not None and now - parked[1] <= GATHER_HAND_OVER_S:
-                arrival = (parked[0] + parked[1]) / 2.0
+            # middle, so deadlines and the latency histograms count that wait.
+            arrival = _hand_over_arrival(now, self._prev_parked)
             self._prev_call_start, self._prev_parked = now, None
         queued, min_sla_ms = self._decode_call(requests, arrival)
         generation = self._release_gen  # a release from now on lets this call return
@@ -685,19 +699,34 @@ class ExplicitModel:
         return None
 
     def _execute_held(self, requests):
-        """intake hold: decide, run and answer this call's requests in this thread, and
-        return their responses - none is released before execute() returns, so a stub
-        crash leaves them to Triton, which fails them (INTERNAL). Triton's dynamic batcher
+        """intake hold: decide, run and answer this call's requests in this thread. None is
+        released before it is answered, so a stub crash leaves the rest to Triton, which
+        fails them (INTERNAL). Answers made while more of the call's work remains
+        (refusals, every batch but the last) are sent at once through the request's
+        response sender (Triton then counts that request closed: python_backend r24.09,
+        ``ProcessRequests``); the last batch's are returned. Triton's dynamic batcher
         queues what arrives meanwhile and hands it over in the next call: one decision
-        pass per call, not per arrival, and no hand-over between threads."""
+        pass per batch, not per arrival, and no hand-over between threads."""
         now = time.monotonic()
         responses: list = [None] * len(requests)
-        queued, _ = self._decode_call(requests, now, responses)
+        queued, _ = self._decode_call(requests, _hand_over_arrival(now, self._prev_held),
+                                      responses)
         self._submit_call(queued, now)
         while self.scheduler.queue_depth:  # flush: every pass ships or sheds something
             self._dispatch_once(flush=True)
-        self._maybe_log_stats(time.monotonic())
-        return [_built(response) for response in responses]
+            if self.scheduler.queue_depth:
+                self._send_ready(requests, responses)
+        done = time.monotonic()
+        self._prev_held = (now, done)
+        self._maybe_log_stats(done)
+        return [None if response is _SENT else _built(response) for response in responses]
+
+    def _send_ready(self, requests, responses: list) -> None:
+        """intake hold: send the call's answers made so far; their slots become _SENT."""
+        for i, response in enumerate(responses):
+            if response is not None and response is not _SENT:
+                responses[i] = _SENT
+                self._send(requests[i].get_response_sender(), _built(response))
 
     def _park(self, requests: int, generation: int) -> None:
         """intake gather: return only once the scheduler thread lets parked calls go -

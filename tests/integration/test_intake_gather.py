@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.integration.models import emulated_copy
 from triton_backend.executors import deterministic_embedding
-from triton_backend.intake import gather_config, release_config
+from triton_backend.intake_config import gather_config, release_config
 from tests.integration.collector import Collector
 
 pytestmark = pytest.mark.integration

@@ -19,11 +19,11 @@ import tritonclient.grpc as grpcclient
 
 from tests.integration.collector import Collector
 from tests.integration.models import emulated_copy, grpc_inputs
-from triton_backend.intake import gather_config, hold_config
+from triton_backend.intake_config import gather_config, hold_config, release_config
 from triton_backend.supervisor import StubSupervisor
 
 pytestmark = pytest.mark.integration
-MODELS = {"release_explicit": lambda c: c, "gather_explicit": gather_config,
+MODELS = {"release_explicit": release_config, "gather_explicit": gather_config,
           "hold_explicit": hold_config}
 PER_MODEL = 12
 EXIT_TIMEOUT_S = 15

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.integration.models import emulated_copy, grpc_inputs
 from triton_backend.supervisor import StubSupervisor, stub_pids
-from triton_backend.intake import hold_config
+from triton_backend.intake_config import hold_config
 
 pytestmark = pytest.mark.integration
 MODEL = "held_explicit"

@@ -1,0 +1,98 @@
+"""The intake modes' ``config.pbtxt`` writers (see ``intake``): read and written as
+Triton's own protobuf (``tritonclient``'s ``model_config_pb2``), the leading comment lines
+of the text kept. Tests, scripts and operator tools use them to write deployments; the
+server's stub never imports this module (its Python need not have ``tritonclient``).
+"""
+
+from __future__ import annotations
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+HOLD_MAX_HAND_OVER = 128  # requests Triton hands over in one execute() call
+GATHER_MAX_HAND_OVER = 512
+# Triton's queue in front of intake hold: past this many waiting requests Triton refuses
+# new ones at once (UNAVAILABLE), so under overload the backlog the plugin cannot see stays
+# about one hand-over deep and refusals come before deadlines, not after.
+HOLD_MAX_QUEUE_SIZE = 128
+
+
+def parse(config: str) -> mc.ModelConfig:
+    """``config.pbtxt`` text as Triton's ``ModelConfig`` (raises on text that is not one)."""
+    return text_format.Parse(config, mc.ModelConfig())
+
+
+def render(model: mc.ModelConfig, like: str = "") -> str:
+    """``model`` as config text, after the leading comment lines of ``like``."""
+    header = []
+    for line in like.splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    body = text_format.MessageToString(model)
+    return "\n".join(header) + ("\n" if header else "") + body
+
+
+def intake_of(model: mc.ModelConfig) -> str:
+    """The config's ``intake`` parameter ("" when it names none)."""
+    return model.parameters["intake"].string_value if "intake" in model.parameters else ""
+
+
+def _with_intake(model: mc.ModelConfig, intake: str) -> mc.ModelConfig:
+    model.parameters["intake"].string_value = intake
+    return model
+
+
+def _batcher_in_front(config: str, max_hand_over: int, priority_levels: int
+                      ) -> mc.ModelConfig:
+    """Triton's dynamic batcher (delay 0) in front, ragged variable-length inputs, and
+    ``max_batch_size`` as the hand-over bound (one sequence per request still).
+
+    ``priority_levels`` > 0 maps Triton's request ``priority`` onto the hand-over: Triton's
+    queue then hands higher priorities (1 is the highest) over first, requests without one
+    at the lowest level. (The Python backend of Triton 24.10 gives a Python model no
+    access to a request's priority, so this queue is the only place it can act; with
+    ``intake: release`` nothing waits in Triton's queue and priority has no effect.)"""
+    model = parse(config)
+    model.max_batch_size = max_hand_over
+    for tensor in model.input:
+        if -1 in tensor.dims:
+            tensor.allow_ragged_batch = True
+    batcher = model.dynamic_batching
+    batcher.max_queue_delay_microseconds = 0
+    batcher.priority_levels = priority_levels
+    batcher.default_priority_level = priority_levels
+    return model
+
+
+def hold_config(config: str, max_hand_over: int = HOLD_MAX_HAND_OVER,
+                priority_levels: int = 0, max_queue_size: int = HOLD_MAX_QUEUE_SIZE) -> str:
+    """A model's ``config.pbtxt`` text switched to ``intake: hold``: Triton's batcher in
+    front (see ``_batcher_in_front``) and its queue bounded to ``max_queue_size`` waiting
+    requests (0: unbounded), refusing past it, a client's ``timeout`` honoured."""
+    model = _batcher_in_front(config, max_hand_over, priority_levels)
+    policy = model.dynamic_batching.default_queue_policy
+    policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    policy.allow_timeout_override = True
+    policy.max_queue_size = max_queue_size
+    return render(_with_intake(model, "hold"), config)
+
+
+def gather_config(config: str, max_hand_over: int = GATHER_MAX_HAND_OVER,
+                  priority_levels: int = 0) -> str:
+    """``config`` switched to ``intake: gather`` (the front is ``hold``'s, Triton's queue
+    unbounded: the plugin sees what it holds)."""
+    model = _batcher_in_front(config, max_hand_over, priority_levels)
+    model.dynamic_batching.ClearField("default_queue_policy")
+    return render(_with_intake(model, "gather"), config)
+
+
+def release_config(config: str) -> str:
+    """``config`` switched to ``intake: release``: no Triton batcher in front
+    (``max_batch_size: 1``, no ``dynamic_batching``), one request per ``execute()``."""
+    model = parse(config)
+    model.ClearField("dynamic_batching")
+    model.max_batch_size = 1
+    for tensor in model.input:
+        tensor.allow_ragged_batch = False
+    return render(_with_intake(model, "release"), config)
