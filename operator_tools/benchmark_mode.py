@@ -10,6 +10,10 @@ model-config parameter ``control.infeasible_policy=serve_late``: such a request 
 after the feasible work instead (late, so it counts as a missed SLA), and every request gets
 a response. The original config is loaded back afterwards.
 
+Intake hold (the default) ships with Triton's queue in front bounded
+(``default_queue_policy { max_queue_size }``): past it Triton refuses at once, which
+perf_analyzer would stop at too, so benchmark mode also lifts that bound (0: unbounded).
+
 Two more limits apply to any run past capacity: the queue grows by (offered - capacity)
 requests per second and a request beyond ``scheduler.max_queue_size`` (4096 by default) is
 still refused (``queue full``), so keep the run bounded (``--max-trials``,
@@ -44,16 +48,42 @@ POLICY_KEY = "control.infeasible_policy"
 SERVE_LATE = "serve_late"
 RECIPE = {POLICY_KEY: SERVE_LATE}
 # What the report says about the requests the model would have refused.
+# Where "on" keeps the queue bound it lifted, for "off" to put back (no dot: not a profile
+# key; the plugin ignores it).
+RESTORE_KEY = "benchmark_mode_restore_max_queue_size"
 SERVED_LATE_NOTE = ("requests the plugin would refuse as deadline-infeasible (UNAVAILABLE) "
                     "were served late instead and count as missed SLAs")
 
 
+def _queue_bound(config: Mapping[str, Any]) -> int:
+    """Triton's own queue bound in front of the model (``default_queue_policy``'s
+    ``max_queue_size``; 0: none). Triton's JSON form gives it as a string."""
+    policy = (config.get("dynamic_batching") or {}).get("default_queue_policy") or {}
+    return int(policy.get("max_queue_size", 0) or 0)
+
+
 def benchmark_config(config: Mapping[str, Any]) -> dict | None:
-    """``config`` (Triton's JSON form) with ``control.infeasible_policy=serve_late``, or None
-    when it already serves late."""
-    if live.parameter(config, POLICY_KEY) == SERVE_LATE:
+    """``config`` (Triton's JSON form) with ``control.infeasible_policy=serve_late`` and
+    Triton's queue in front unbounded (intake hold ships it bounded: past it Triton refuses
+    at once), or None when it already serves late with no such bound."""
+    if live.parameter(config, POLICY_KEY) == SERVE_LATE and not _queue_bound(config):
         return None
-    return live.with_parameters(config, RECIPE)
+    bound = _queue_bound(config)
+    out = live.with_parameters(config, {**RECIPE, **({RESTORE_KEY: str(bound)} if bound else {})})
+    if bound:
+        out["dynamic_batching"]["default_queue_policy"]["max_queue_size"] = 0
+    return out
+
+
+def normal_config(config: Mapping[str, Any]) -> dict:
+    """``config`` out of benchmark mode: the profile's policy again, and Triton's queue bound
+    that ``benchmark_config`` lifted put back."""
+    out = live.with_parameters(config, {POLICY_KEY: None, RESTORE_KEY: None})
+    bound = live.parameter(config, RESTORE_KEY)
+    if bound:
+        policy = out.setdefault("dynamic_batching", {}).setdefault("default_queue_policy", {})
+        policy["max_queue_size"] = int(bound)
+    return out
 
 
 @dataclass
@@ -119,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     control = live.ModelControl(args.url, args.model)
     try:
         config = control.config()
-        target = (benchmark_config(config) if args.state == "on"
-                  else live.with_parameters(config, {POLICY_KEY: None}))
+        target = benchmark_config(config) if args.state == "on" else normal_config(config)
         if target is None or (args.state == "off" and live.parameter(config, POLICY_KEY) is None):
             print(f"{args.model}: benchmark mode already {args.state}")
             return 0

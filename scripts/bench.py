@@ -87,6 +87,7 @@ from scheduler_core.profile_files import load_profile, profile_path  # noqa: E40
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
 from sidecar.triton_metrics import MetricsParseError  # noqa: E402
+from triton_backend.intake import DEFAULT_INTAKE  # noqa: E402
 from triton_backend.intake_config import GATHER_MAX_HAND_OVER  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
 
@@ -141,11 +142,18 @@ PEAK_DATA_ENTRIES = 256
 H200 = "h200_minilm"
 H200_MODE = "padded"
 H200_NATIVE_MAX_BATCH = 64  # the profile's max_batch_size
-# The h200 block (and the ts1 same-length peak) runs the plugin with ``intake: gather``:
-# Triton's batcher hands it many requests per execute() (results/intake_check.md: about
-# twice release's host-bound peak). The t4/a100 blocks keep the shipped intake (release),
-# so they stay comparable with the committed report.
-H200_INTAKE = "gather"
+# Every block measures the plugin as shipped: its config as the server first served it,
+# with the shipped default intake (``triton_backend.intake.DEFAULT_INTAKE``). A variant
+# would go beside it under its own name (scripts/intake_check.py and host_ledger.py
+# measure the other intakes).
+EXPLICIT_INTAKE = DEFAULT_INTAKE
+# The h200 block's third run (issue 19): issue 11's GPU-like flat profile - t4 re-costed
+# as a fixed 3.9 ms + 0.0006 ms per padded token, batches of up to 64 - at time scale 1.
+FLAT_PROFILE = "t4"
+FLAT_PARAMS = {"cost_model.fixed_ms": "3.9", "cost_model.per_sequence_ms": "0",
+               "cost_model.per_token_ms": "0.0006", "cost_model.per_token_squared_ms": "0",
+               "scheduler.max_batch_size": "64", "scheduler.max_batch_tokens": "16384"}
+FLAT_LABEL = "flat GPU-like t4 (fixed 3.9 ms, 0.0006 ms/token) EMULATED"
 H200_LOADS = (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.3, 2.0)
 H200_QUICK_LOADS = (0.5, 1.2, 2.0)
 H200_SWEEP_LOAD = 0.7  # of native's closed-loop peak at delay 0
@@ -523,7 +531,7 @@ def run_ts1_block(bench: Bench, quick: bool) -> dict:
         data = write_input_data(os.path.join(tmp, "same_length.json"),
                                 [(OVERHEAD_SEQ_LEN, None)] * 16)
         closed = {"concurrency": PEAK_CONCURRENCY, "seq_len": OVERHEAD_SEQ_LEN,
-                  "explicit": explicit_peak(bench, params, data, peak_ms, H200_INTAKE),
+                  "explicit": explicit_peak(bench, params, data, peak_ms),
                   "native": []}
         for setting in OVERHEAD_NATIVE:
             bench.configure(NATIVE, params, setting)
@@ -603,26 +611,32 @@ def _peak_text(peak: dict) -> str:
 
 
 def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
-                 rows_timing: Timing) -> dict:
+                 rows_timing: Timing, prof_name: str = H200, extra_params: dict | None = None,
+                 label: str = "") -> dict:
     """One run of the h200 block at ``time_scale``: native sweep, closed-loop peaks, then
-    the open-loop rows at fractions of native's closed-loop peak."""
+    the open-loop rows at fractions of native's closed-loop peak. ``prof_name`` and
+    ``extra_params`` (profile overrides, to both models) give another profile's run,
+    ``label`` its name in the report."""
     ts = float(time_scale)
-    params = emulated_params(H200, H200_MODE, ts)
-    params_e = {**params, "intake": H200_INTAKE}
+    params = {**emulated_params(prof_name, H200_MODE, ts), **(extra_params or {})}
+    params_e = params  # the shipped intake (EXPLICIT_INTAKE)
     slas = tuple(c * ts for c in SLA_CLASSES_MS)
     timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
     warm = rows_timing.warmup_s
     peak_ms = peak_window_ms(quick, ts)
-    cap = capacity_at_device_speed(H200, H200_MODE) / ts
-    tag = f"ts{ts:g}"
+    cap = (capacity_at_device_speed(H200, H200_MODE) / ts if prof_name == H200 and not extra_params
+           else float("nan"))  # the simulator's capacity is the h200 profile's only
+    tag = f"{prof_name}{'_flat' if extra_params else ''}_ts{ts:g}"
     data_e = write_input_data(os.path.join(tmp, f"h200_{tag}_sla.json"), mix_entries(slas))
     data_n = write_input_data(os.path.join(tmp, f"h200_{tag}.json"), mix_entries(None))
-    run = {"profile": H200, "cost_mode": H200_MODE, "time_scale": ts, "sla_classes_ms": slas,
+    run = {"profile": prof_name, "label": label or f"{prof_name} EMULATED",
+           "intake": EXPLICIT_INTAKE, "cost_mode": H200_MODE, "time_scale": ts,
+           "sla_classes_ms": slas,
            "capacity_rps": cap, "native_max_batch_size": H200_NATIVE_MAX_BATCH,
            "warmup_s": warm, "measure_s": rows_timing.measure_s,
            "sweep_s": rows_timing.fluctuation_s, "client_timeout_s": timeout_s,
            "peak_measure_ms": peak_ms, "sweep": [], "rows": []}
-    log(f"block h200 at time scale {ts:g}: simulator capacity {cap:.1f} req/s, SLA classes "
+    log(f"block h200, {run['label']} at time scale {ts:g}: simulator capacity {cap:.1f} req/s, SLA classes "
         f"{'/'.join(f'{x:g}' for x in slas)} ms")
     bench.configure(EXPLICIT, params_e)
 
@@ -697,13 +711,17 @@ def run_h200_block(bench: Bench, quick: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-h200-") as tmp:
         for ts in (bench_time_scale(H200), 1.0):
             tm = QUICK_TIMING if quick else H200_SCALED_TIMING if ts > 1 else TIMING
-            out["runs"].append(run_h200_run(bench, ts, quick, tmp, tm))
+            out["runs"].append(run_h200_run(bench, ts, quick, tmp, tm,
+                                            label="h200_minilm EMULATED"))
+        out["runs"].append(run_h200_run(bench, 1.0, quick, tmp,
+                                        QUICK_TIMING if quick else TIMING, FLAT_PROFILE,
+                                        FLAT_PARAMS, FLAT_LABEL))
         # host-bound: the device nearly free; the native tuned at time scale 1; SLAs at
         # device speed (x0.01 would make every request infeasible)
         ts = HOST_BOUND_TIME_SCALE
         params = emulated_params(H200, H200_MODE, ts)
-        params_e = {**params, "intake": H200_INTAKE}
-        setting = out["runs"][-1]["native_setting"]
+        params_e = params  # the shipped intake
+        setting = out["runs"][1]["native_setting"]  # h200_minilm at time scale 1
         peak_ms = peak_window_ms(quick, ts)
         data_e = write_input_data(os.path.join(tmp, "h200_host_sla.json"),
                                   mix_entries(SLA_CLASSES_MS))

@@ -34,6 +34,7 @@ sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 
 import intake_check as ic  # noqa: E402
+from triton_backend.intake import DEFAULT_INTAKE  # noqa: E402
 from triton_backend.launcher import TritonServer  # noqa: E402
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "host_ledger.md")
@@ -45,7 +46,7 @@ SETTINGS = {  # name: (time scale, flat profile, hardware profile or "")
 # The plugin's cProfile hook (triton_backend/triton_models.py CPROFILE_ENV; that module
 # imports pb_utils, so it cannot be imported here).
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
-SHIPPED_DEFAULT = "release"  # the shipped models' intake (no dynamic_batching in front)
+SHIPPED_DEFAULT = DEFAULT_INTAKE  # the shipped models' intake
 # Stages by the functions that enter them: cumulative CPU of their calls made from outside
 # every stage's entry functions (a stage entered straight from another's entry counts for
 # the outer one; one entered through a helper of another stage may count twice).
@@ -60,7 +61,8 @@ STAGES = {
                 "on_event"),
     "cancellation checks": ("_drop_cancelled", "_sweep_cancelled", "_is_cancelled"),
     "logging": ("_log_zone_change", "_maybe_log_stats"),
-    "waits and wake-ups": ("wait", "notify", "notify_all", "get", "put", "_park"),
+    "waits and wake-ups": ("wait", "notify", "notify_all", "get", "put", "after_queued",
+                           "batch_finished_locked"),
 }
 
 

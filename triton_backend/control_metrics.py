@@ -34,15 +34,11 @@ import triton_python_backend_utils as pb_utils
 
 from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES, HISTOGRAMS,
                              LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
+                             LATENCY_PUBLISH_PERIOD_S,
                              PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
                              SLA_CLASSES, sla_class)
 
 
-# Latency histograms: at most one publish a second. Each publish sets every bucket at or
-# above the smallest latency seen (cumulative counts): ~90 messages to the server for two
-# histograms of three classes, which at four a second was most of the plugin's metric cost
-# (py-spy, intake hold at the closed-loop peak). Prometheus scrapes every 15 s or so.
-LATENCY_PUBLISH_PERIOD_S = 1.0
 
 
 class ControlMetrics:

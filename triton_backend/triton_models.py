@@ -44,7 +44,7 @@ from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
 from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
                               check_inner_config, decode_generic, split_outputs)
-from .intake import DEFAULT_INTAKE, INTAKES
+from .intake import DEFAULT_INTAKE, GATHER_GRACE_US, INTAKES, make_intake
 from .load_calibration import calibrate_at_load
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
@@ -69,37 +69,6 @@ CANCEL_CHECK_MIN_WAIT_S = 0.1
 # .pstats when it unloads.
 # Off unless set: it slows the stub.
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
-# intake: gather. A call parked while a batch runs returns at the latest after this long
-# (a safety bound: normally the batch's end releases it).
-GATHER_PARK_MAX_S = 1.0
-# ... and after this fraction of the smallest recent SLA: what queues in Triton meanwhile
-# is invisible to the plugin, which must see it in time to refuse what cannot make its
-# deadline (the reliability suite's overload case refused 24 % past the SLA at p99 with
-# only the 1 s bound, on a device slowed 10x whose batches take up to ~0.5 s).
-GATHER_PARK_SLA_FRACTION = 0.25
-# When the device frees and a call was parked, the scheduler thread lets it return and
-# may wait at most this long for the next call's requests (those that queued in Triton
-# meanwhile) before deciding; parameter gather_grace_us. Default 0 (decide at once), from
-# measurement on this 2-core machine (closed loop, 64 in flight): at time scale 0.01
-# grace 0/150/500 us gave 3,023/2,562/2,669 req/s, on issue 11's flat profile at time
-# scale 1 grace 0/500 gave 1,206/1,086. A Python thread woken from a wait needs the GIL
-# back (switch interval 5 ms): a 150 us grace lasted 836 us on average and 500 us lasted
-# 1,091 us, while the next call came within it only 51-66 % of the time. Without a grace
-# the next call still arrives soon: an idle scheduler wakes on it, and one that has just
-# dispatched leftovers meets it at the next batch.
-GATHER_GRACE_US = 0
-# ... but at least this share of the batch that just ended (capped below): where a batch
-# takes long against the host path (a slow device, or the EMULATED device time-scaled),
-# the requests that queued in Triton during it would otherwise miss the next batch and
-# wait a whole batch more (make bench, h200_minilm at time scale 57: P50 3.3 device-ms
-# above native at 0.8x with no grace); where batches are a few ms it stays well under the
-# GIL hand-over that made a fixed grace cost peak rate.
-GATHER_GRACE_BATCH_FRACTION = 0.02
-GATHER_GRACE_MAX_S = 0.005
-# A call that starts within this long after the previous one returned (intake hold) or
-# came back from its park (intake gather) carries requests that queued in Triton
-# meanwhile: their arrival time is estimated (see _hand_over_arrival).
-HAND_OVER_S = 0.005
 # Threads that build and send responses. Each send is a round trip to the server that
 # blocks its thread (~0.45 ms here under load, measured with cProfile): one thread caps
 # the model at ~2,100 responses/s whatever the batching. Parameter responder_threads.
@@ -408,18 +377,6 @@ class GenericBLSExecutor:
 _SENT = object()
 
 
-def _hand_over_arrival(now: float, previous: tuple[float, float] | None) -> float:
-    """When a call's requests arrived. They queued in Triton while the previous call
-    (intake hold), or its park (intake gather), ran from ``previous[0]`` to
-    ``previous[1]``, somewhere in between; the plugin is not told when (Triton 24.10's
-    Python backend exposes no queue timestamps): take the middle, so deadlines and the
-    latency histograms count that wait. A call that comes later than HAND_OVER_S after
-    that return found Triton's queue empty then: its requests arrived just now."""
-    if previous is not None and now - previous[1] <= HAND_OVER_S:
-        return (previous[0] + previous[1]) / 2.0
-    return now
-
-
 def _built(response) -> "pb_utils.InferenceResponse":
     """The response to send or return for one request: ``response``, or the one its
     builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
@@ -522,34 +479,26 @@ class ExplicitModel:
         self._ids = itertools.count()
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # the scheduler thread waits on it
-        self._park_cond = threading.Condition(lock)  # intake gather: parked execute() calls
-        self._parked = 0  # intake gather: execute() calls parked (see _park)
-        self._recent_min_sla_ms = self.profile.scheduler.default_sla_ms
-        self._prev_call_start = 0.0  # intake gather: the last call's start, and (start,
-        self._prev_parked: tuple[float, float] | None = None  # return) if it parked
-        self._prev_held: tuple[float, float] | None = None  # intake hold: (start, return)
-        self._release_gen = 0  # bumped to let parked calls return
-        self._calls = 0  # execute() calls whose requests are queued (ends a grace wait)
         # CPU seconds of the stub's threads (execute(), the scheduler loop, the
         # responders), logged at unload: where the per-request host cost goes.
         self._thread_cpu_s = {"execute": 0.0, "loop": 0.0, "respond": 0.0}
-        self._gather_stats = {"calls": 0, "requests": 0, "parked": 0, "park_timeouts": 0,
-                              "graces": 0, "grace_hits": 0, "grace_wait_s": 0.0}
         self._stopping = False
         self._arrivals = 0
         self._loop_errors = 0
         self._last_stats_log = 0.0
         self._last_flush = 0.0
+        self._flush_lock = threading.Lock()  # one metrics flush at a time
         self._last_cancel_sweep = 0.0
         # Test hook, off unless configured: a request holding this token id makes the
         # scheduler step fail after its batch was taken (proves nothing is stranded).
         self._loop_fault_token = _int_parameter(self.params, "loop_fault_token", 0,
                                                 self.model_name)
-        self._intake = _intake(self.config, self.params, self.model_name)
-        self._hold = self._intake == "hold"
-        self._gather = self._intake == "gather"
-        self._grace_s = _int_parameter(self.params, "gather_grace_us", GATHER_GRACE_US,
-                                       self.model_name) / 1e6
+        # The intake (intake.py): how execute() hands its requests over, a named part.
+        self.intake = make_intake(
+            _intake(self.config, self.params, self.model_name), lock, self._cond,
+            grace_s=_int_parameter(self.params, "gather_grace_us", GATHER_GRACE_US,
+                                   self.model_name) / 1e6,
+            default_sla_ms=self.profile.scheduler.default_sla_ms)
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
         self._profile_dir = os.environ.get(CPROFILE_ENV) or None
         self._profilers = {}
@@ -563,22 +512,26 @@ class ExplicitModel:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         responders = _int_parameter(self.params, "responder_threads", RESPONDER_THREADS,
                                     self.model_name) or 1
-        # intake: hold decides, runs and answers inside execute() (the calling thread):
-        # no scheduler thread, no responders, no hand-over between threads.
-        self._responders = [] if self._hold else [
+        # An intake that is not threaded (hold) decides, runs and answers inside execute()
+        # (the calling thread): no scheduler thread, no responders, no hand-over.
+        self._responders = [] if not self.intake.threaded else [
             threading.Thread(target=self._respond_loop, daemon=True,
                              name=f"explicit-responder-{k}") for k in range(responders)]
         for thread in self._responders:
             thread.start()
-        self._thread = None if self._hold else threading.Thread(
+        self._thread = None if not self.intake.threaded else threading.Thread(
             target=self._run_loop, name="explicit-scheduler", daemon=True)
         if self._thread is not None:
             self._thread.start()
+        self._metrics_stop = threading.Event()
+        self._metrics_thread = None if self.intake.threaded else threading.Thread(
+            target=self._metrics_loop, name="explicit-metrics", daemon=True)
+        if self._metrics_thread is not None:
+            self._metrics_thread.start()
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
-            f"{' -> ' + inner if inner else ''}; intake={self._intake}"
-            f"{f' (grace {self._grace_s * 1e6:.0f} us)' if self._gather else ''}; "
+            f"{' -> ' + inner if inner else ''}; intake={self.intake.name}; "
             f"sidecar={self._sidecar_mode}; "
             f"placement: {self.placement.why}")
 
@@ -629,7 +582,8 @@ class ExplicitModel:
             self._thread_cpu_s["execute"] += time.thread_time() - cpu0
 
     def _execute(self, requests):
-        return self._execute_held(requests) if self._hold else self._execute_queued(requests)
+        return (self._execute_queued(requests) if self.intake.threaded
+                else self._execute_held(requests))
 
     def _decode_call(self, requests, arrival: float, responses: list | None = None
                      ) -> tuple[list[QueuedRequest], float]:
@@ -670,7 +624,7 @@ class ExplicitModel:
                     except QueueFull as exc:
                         refused.append((q, f"queue full: {exc}", "queue_full"))
                 self._arrivals += len(queued) - len(refused)
-            self._calls += 1
+            self.intake.call_queued_locked()
             self._cond.notify()
         for q, message, reason in refused:
             self.metrics.on_rejected(reason)
@@ -678,24 +632,13 @@ class ExplicitModel:
             self._reply(q.handle, _error(message, pb_utils.TritonError.UNAVAILABLE))
 
     def _execute_queued(self, requests):
-        """intake release / gather: queue the call's requests for the scheduler thread and
-        return (gather: once the batch in flight has ended)."""
+        """A threaded intake (release, gather): queue the call's requests for the scheduler
+        thread and return (gather: once the batch in flight has ended)."""
         now = time.monotonic()
-        arrival = now
-        if self._gather:
-            # Requests that queued in Triton while the previous call was parked arrived
-            # somewhere between that call's start and its return; the plugin is not told
-            # when (Triton 24.10's Python backend exposes no queue timestamps): take the
-            # middle, so deadlines and the latency histograms count that wait.
-            arrival = _hand_over_arrival(now, self._prev_parked)
-            self._prev_call_start, self._prev_parked = now, None
-        queued, min_sla_ms = self._decode_call(requests, arrival)
-        generation = self._release_gen  # a release from now on lets this call return
+        queued, min_sla_ms = self._decode_call(requests, self.intake.call_arrival(now))
+        generation = self.intake.generation()  # a release from now on lets it return
         self._submit_call(queued, now)
-        if self._gather:
-            # The smallest recent SLA (it creeps back up by 1 % a call).
-            self._recent_min_sla_ms = min(min_sla_ms, self._recent_min_sla_ms * 1.01)
-            self._park(len(requests), generation)
+        self.intake.after_queued(len(requests), min_sla_ms, generation)
         return None
 
     def _execute_held(self, requests):
@@ -709,15 +652,24 @@ class ExplicitModel:
         pass per batch, not per arrival, and no hand-over between threads."""
         now = time.monotonic()
         responses: list = [None] * len(requests)
-        queued, _ = self._decode_call(requests, _hand_over_arrival(now, self._prev_held),
-                                      responses)
+        queued, _ = self._decode_call(requests, self.intake.call_arrival(now), responses)
         self._submit_call(queued, now)
         while self.scheduler.queue_depth:  # flush: every pass ships or sheds something
-            self._dispatch_once(flush=True)
+            depth = self.scheduler.queue_depth
+            try:
+                self._dispatch_once(flush=True)
+            except Exception:  # its requests were answered (INTERNAL); serve the rest
+                self._step_failed()
+                if self.scheduler.queue_depth >= depth:  # nothing left the queue: stop
+                    with self._cond:
+                        stuck = self.scheduler.drain()
+                    for r in stuck:
+                        self._answer(r, _error("scheduler failed before this request ran",
+                                               pb_utils.TritonError.INTERNAL))
             if self.scheduler.queue_depth:
                 self._send_ready(requests, responses)
         done = time.monotonic()
-        self._prev_held = (now, done)
+        self.intake.call_returned(now, done)
         self._maybe_log_stats(done)
         return [None if response is _SENT else _built(response) for response in responses]
 
@@ -727,32 +679,6 @@ class ExplicitModel:
             if response is not None and response is not _SENT:
                 responses[i] = _SENT
                 self._send(requests[i].get_response_sender(), _built(response))
-
-    def _park(self, requests: int, generation: int) -> None:
-        """intake gather: return only once the scheduler thread lets parked calls go -
-        when the batch in flight has finished, or when it has nothing to run and waits -
-        or after GATHER_PARK_MAX_S. Meanwhile what arrives queues in Triton and comes over
-        in one call."""
-        with self._cond:
-            stats = self._gather_stats
-            stats["calls"] += 1
-            stats["requests"] += requests
-            if self._release_gen != generation or self._stopping:
-                return
-            stats["parked"] += 1
-            deadline = time.monotonic() + min(
-                GATHER_PARK_MAX_S, GATHER_PARK_SLA_FRACTION * self._recent_min_sla_ms / 1000.0)
-            self._parked += 1
-            try:
-                while self._release_gen == generation and not self._stopping:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        stats["park_timeouts"] += 1
-                        return
-                    self._park_cond.wait(left)
-            finally:
-                self._parked -= 1
-                self._prev_parked = (self._prev_call_start, time.monotonic())
 
     def _decode(self, request):
         if self.contract is not None:
@@ -877,12 +803,16 @@ class ExplicitModel:
                 if not self._step():
                     return
             except Exception:
-                self._loop_errors += 1
-                self.metrics.on_event("loop_errors_total")
-                pb_utils.Logger.log_error(
-                    f"{self.model_name}: scheduler step failed (#{self._loop_errors}):\n"
-                    f"{traceback.format_exc()}")
+                self._step_failed()
                 time.sleep(0.01)
+
+    def _step_failed(self) -> None:
+        """A scheduling step raised (its requests were answered): count and log it."""
+        self._loop_errors += 1
+        self.metrics.on_event("loop_errors_total")
+        pb_utils.Logger.log_error(
+            f"{self.model_name}: scheduler step failed (#{self._loop_errors}):\n"
+            f"{traceback.format_exc()}")
 
     def _step(self) -> bool:
         """One step of the scheduler thread (intake release / gather); False once stopping
@@ -900,9 +830,7 @@ class ExplicitModel:
             timeout = min(timeout, wake_at - now)
         with self._cond:
             if self._arrivals == arrivals_seen:  # nothing arrived since the decision
-                if self._parked:  # intake gather: let it go, or nothing else can arrive
-                    self._release_gen += 1
-                    self._park_cond.notify_all()
+                self.intake.idle_locked()  # gather: let parked calls go
                 self._cond.wait(timeout=timeout)
         self._maybe_log_stats(time.monotonic())
         return True
@@ -929,11 +857,7 @@ class ExplicitModel:
                 self._answer(req, _error(refusal_message(reason),
                                          pb_utils.TritonError.UNAVAILABLE))
             self._log_zone_change(decision, now)
-            if now - self._last_flush >= self._control_period_s:
-                self._last_flush = now
-                with self._cond:
-                    stats = self.scheduler.stats(now)
-                self.metrics.flush(stats, sidecar_health)
+            self._flush_metrics_if_due(now, sidecar_health)
             if decision.batch:
                 batch = self._drop_cancelled(decision.batch, now)
                 with self._cond:
@@ -953,6 +877,36 @@ class ExplicitModel:
                 self._batch_finished(batch, started, succeeded=False)
         return now, decision, arrivals_seen
 
+
+    def _flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
+        """Publish the control metrics once per control period (from the scheduling step,
+        or the metrics thread while intake hold has no call); a flush already running
+        elsewhere is not waited for."""
+        if now - self._last_flush < self._control_period_s:
+            return
+        if not self._flush_lock.acquire(blocking=False):
+            return
+        try:
+            self._last_flush = now
+            with self._cond:
+                stats = self.scheduler.stats(now)
+            self.metrics.flush(stats, sidecar_health)
+        finally:
+            self._flush_lock.release()
+
+    def _metrics_loop(self) -> None:
+        """intake hold: between calls nothing else publishes, so the counters of the last
+        call's events (a failed batch, a refusal) would wait for the next call. Touches no
+        request."""
+        while not self._metrics_stop.wait(self._control_period_s):
+            try:
+                now = time.monotonic()
+                with self._cond:
+                    health = self._apply_perception(now)
+                self._flush_metrics_if_due(now, health)
+            except Exception:  # the metrics must never take the model down
+                pb_utils.Logger.log_warn(f"{self.model_name}: metrics flush failed:\n"
+                                         f"{traceback.format_exc()}")
 
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
         if not batch:  # every member was cancelled
@@ -981,31 +935,10 @@ class ExplicitModel:
 
     def _batch_finished(self, batch: Sequence[QueuedRequest], started: float,
                         succeeded: bool) -> None:
-        """The device is free again. intake gather: a parked execute() call may return
-        now; then wait (at most the grace) for the next call's requests - those that
-        queued in Triton while the batch ran - so the next decision sees them."""
+        """The device is free again (gather: a parked call may return, see intake.py)."""
         with self._cond:
             self.scheduler.batch_finished(batch, started, time.monotonic(), succeeded)
-            if not (self._gather and self._parked):
-                return
-            calls = self._calls
-            self._release_gen += 1
-            self._park_cond.notify_all()
-            t0 = time.monotonic()
-            grace_s = max(self._grace_s, min(GATHER_GRACE_MAX_S,
-                                             GATHER_GRACE_BATCH_FRACTION * (t0 - started)))
-            if self._stopping or grace_s <= 0:
-                return
-            deadline = t0 + grace_s
-            while self._calls == calls and not self._stopping:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            stats = self._gather_stats
-            stats["graces"] += 1
-            stats["grace_hits"] += self._calls != calls
-            stats["grace_wait_s"] += time.monotonic() - t0
+            self.intake.batch_finished_locked(started)
 
     def _run_executor(self, batch: Sequence[QueuedRequest]) -> list:
         """Run ``batch``; one response builder per request (built on the responder)."""
@@ -1040,27 +973,19 @@ class ExplicitModel:
                 f"requests={s.requests} sla_met={s.sla_met} sla_missed={s.sla_missed} "
                 f"rejected={s.rejected_infeasible} emergency={s.emergency_batches} "
                 f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}"
-                f"{self._gather_summary()}")
-
-    def _gather_summary(self) -> str:
-        """intake gather's hand-over figures for the stats log line (empty otherwise)."""
-        if not self._gather:
-            return ""
-        g = self._gather_stats
-        return (f" gather: calls={g['calls']} requests_per_call="
-                f"{g['requests'] / max(1, g['calls']):.1f} parked={g['parked']} "
-                f"park_timeouts={g['park_timeouts']} graces={g['graces']} "
-                f"grace_hits={g['grace_hits']} grace_wait_us_mean="
-                f"{1e6 * g['grace_wait_s'] / max(1, g['graces']):.0f}")
+                f"{self.intake.summary()}")
 
     def finalize(self):
         """Stop accepting, serve what is queued (flush), then fail anything left."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            self._park_cond.notify_all()
+            self.intake.stop_locked()
         if self._thread is not None:  # intake hold has none: its calls answered everything
             self._thread.join(timeout=SHUTDOWN_DRAIN_S)
+        self._metrics_stop.set()
+        if self._metrics_thread is not None:
+            self._metrics_thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
         self.metrics.close()

@@ -24,7 +24,8 @@ import tritonclient.grpc as grpcclient
 
 from sidecar.triton_metrics import fetch_url, read_samples
 from tests.conftest import SHIPPED_REPOSITORY
-from triton_backend.metric_catalog import LATENCY_BUCKETS, PREFIX, sla_class
+from triton_backend.metric_catalog import (LATENCY_BUCKETS, LATENCY_PUBLISH_PERIOD_S, PREFIX,
+                                          sla_class)
 
 pytestmark = pytest.mark.integration
 MODEL = "latency_explicit"
@@ -145,11 +146,12 @@ def test_latency_histograms_agree_with_client_percentiles(latency_server):
     for _ in range(20):  # warm-up: connections, the cost model's first corrections
         client.infer(MODEL, _inputs([101, 2000, 3000, 102], 2000.0))
     client.close()
-    time.sleep(0.3)  # one control period: the warm-up's observations are flushed
+    # One publish period and a control period more: the warm-up's observations are out.
+    time.sleep(LATENCY_PUBLISH_PERIOD_S + 0.3)
     before = {n: histograms(url, n) for n in ("request_duration_seconds",
                                               "queue_duration_seconds")}
     client_latency = run_open_loop(latency_server.grpc_url)
-    time.sleep(0.5)
+    time.sleep(LATENCY_PUBLISH_PERIOD_S + 0.3)
     after = {n: histograms(url, n) for n in before}
     request = delta(after["request_duration_seconds"], before["request_duration_seconds"])
     queued = delta(after["queue_duration_seconds"], before["queue_duration_seconds"])

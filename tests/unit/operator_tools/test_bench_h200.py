@@ -200,10 +200,14 @@ def test_h200_markdown_and_targets_render(tmp_path):
                "capacity_sample": 10, "target_capacity_rps": 200.0, "emulated": [],
                "h200": {"profile": "h200_minilm", "profile_description": "EMULATED",
                         "runs": [r], "host_bound": host}}
+    flat = {**r, "label": "flat GPU-like t4 EMULATED", "intake": "hold"}
+    results["h200"]["runs"].append(flat)
     R.write(results, str(tmp_path))
     text = (tmp_path / "report.md").read_text()
-    assert "EMULATED h200_minilm at time scale 10" in text
+    assert "h200_minilm EMULATED at time scale 10" in text  # a run without a label
+    assert "flat GPU-like t4 EMULATED at time scale 10" in text
+    assert "| flat GPU-like t4 EMULATED, time scale 10 |" in text  # its targets' scope
     assert "Host-bound: EMULATED h200_minilm at time scale 0.01" in text
     assert "closed-loop peak vs native, device nearly free (host-bound)" in text
-    assert "| 0.80 | >= 0.8x | met |" in text  # 4000 / 5000
+    assert "| 0.80 | >= 0.9x | **MISSED** |" in text  # 4000 / 5000
     assert math.isfinite(R.in_sla_rps(seg(10), 2.0))

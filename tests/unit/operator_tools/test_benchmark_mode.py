@@ -42,6 +42,28 @@ def test_benchmark_config_adds_serve_late_and_keeps_the_rest():
     assert bm.benchmark_config(changed) is None  # already serves late
 
 
+HELD = {**CONFIG, "dynamic_batching": {"max_queue_delay_microseconds": "0", "default_queue_policy": {
+    "timeout_action": "REJECT", "allow_timeout_override": True, "max_queue_size": "128"}}}
+
+
+def test_benchmark_mode_lifts_triton_queue_bound_and_off_puts_it_back():
+    """intake hold ships Triton's queue bounded; past it Triton refuses at once and
+    perf_analyzer would stop there too. On: unbounded, the bound kept; off: put back."""
+    on = bm.benchmark_config(HELD)
+    assert on["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 0
+    assert on["parameters"]["control.infeasible_policy"] == {"string_value": "serve_late"}
+    assert bm.benchmark_config(on) is None
+    off = bm.normal_config(on)
+    assert off["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 128
+    assert off["parameters"] == HELD["parameters"]
+    assert HELD["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == "128"  # a copy
+
+
+def test_off_on_a_config_never_switched_on_only_drops_serve_late():
+    served_late = bm.benchmark_config(CONFIG)
+    assert bm.normal_config(served_late) == {**CONFIG, "parameters": CONFIG["parameters"]}
+
+
 def test_reloads_with_serve_late_and_restores_the_original():
     control = FakeControl()
     with bm.benchmark_mode(control) as mode:

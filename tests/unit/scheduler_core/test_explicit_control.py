@@ -283,7 +283,11 @@ def _mixed_lengths(s: Scheduler) -> None:
     prewarm(s, 0.0)
 
 
-TOKEN_COST = replace(FLAT_COST, per_token_ms=0.001)
+# Padding costs more than a launch here (0.01 ms a token against 1 ms a batch), so the
+# split pays: one batch of all five would take 11 ms, the three below 9.3 ms. (At 0.001 ms
+# a token one batch is cheaper, and the former keeps them together.)
+TOKEN_COST = replace(FLAT_COST, per_token_ms=0.01)
+LIGHT_TOKEN_COST = replace(FLAT_COST, per_token_ms=0.001)  # one batch of all five: 2 ms
 
 
 def test_priority_slot_takes_urgent_request_of_very_different_length():
@@ -295,7 +299,7 @@ def test_priority_slot_takes_urgent_request_of_very_different_length():
     # the urgent long one joins the urgent short seed through a slot (padding 46%); the
     # non-urgent ones are split off: short ones (61% padding) and even the long one (30.7%)
     assert ids(d) == [4, 3]
-    assert d.estimated_ms == pytest.approx(1.0 + 0.001 * 400)
+    assert d.estimated_ms == pytest.approx(1.0 + 0.01 * 400)
     assert ids(s.schedule(0.005)) == [0, 1]
     assert ids(s.schedule(0.005)) == [2]
 
@@ -315,13 +319,13 @@ def test_priority_slots_are_beyond_the_urgent_seed(slots, expected):
 
 
 def test_padding_waste_bound_is_configurable():
-    s = make(TOKEN_COST, control=ctl(max_padding_waste=0.95))
+    s = make(LIGHT_TOKEN_COST, control=ctl(max_padding_waste=0.95))
     _mixed_lengths(s)
     assert ids(s.schedule(0.005)) == [4, 3, 0, 1, 2]
 
 
 def test_ragged_cost_mode_does_not_split_by_padding():
-    s = make(TOKEN_COST, cost_mode="ragged")
+    s = make(LIGHT_TOKEN_COST, cost_mode="ragged")
     _mixed_lengths(s)
     d = s.schedule(0.005)
     assert ids(d) == [4, 3, 0, 1, 2]
@@ -329,7 +333,7 @@ def test_ragged_cost_mode_does_not_split_by_padding():
 
 
 def test_token_limit_holds_in_explicit_mode():
-    s = make(TOKEN_COST, cost_mode="ragged", max_batch_tokens=400)
+    s = make(LIGHT_TOKEN_COST, cost_mode="ragged", max_batch_tokens=400)
     _mixed_lengths(s)
     d = s.schedule(0.005)
     assert ids(d) == [4, 3]                   # a third member would be 3 x 200 = 600 tokens

@@ -1,90 +1,135 @@
-"""The intake config writers: each mode's config from the shipped config, and back, read
-back as Triton's protobuf."""
+"""The intakes as named parts, without a server: the registry, the hand-over arrival
+estimate, and gather's park and release, driven as ExplicitModel drives them."""
 
 from __future__ import annotations
 
-import os
+import threading
+import time
 
 import pytest
-from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.conftest import SHIPPED_REPOSITORY
-from triton_backend.intake import DEFAULT_INTAKE, INTAKES
-from triton_backend.intake_config import (HOLD_MAX_QUEUE_SIZE, gather_config, hold_config,
-                                          intake_of, parse, release_config)
+from triton_backend.intake import (DEFAULT_INTAKE, HAND_OVER_S, INTAKES, GatherIntake,
+                                   HoldIntake, ReleaseIntake, hand_over_arrival, make_intake)
 
-SHIPPED_EXPLICIT = ("emulated_explicit", "minilm_explicit")
+HANG_GUARD_S = 30.0  # a parked call that never returns fails the test, it does not hang it
 
 
-def _shipped(model: str = "emulated_explicit") -> str:
-    with open(os.path.join(SHIPPED_REPOSITORY, model, "config.pbtxt")) as fh:
-        return fh.read()
+def _driver():
+    lock = threading.RLock()
+    return lock, threading.Condition(lock)
 
 
-def _ragged(model: mc.ModelConfig) -> dict[str, bool]:
-    return {t.name: t.allow_ragged_batch for t in model.input}
+def test_the_registry_names_every_intake_and_refuses_others_naming_them():
+    assert set(INTAKES) == {"hold", "release", "gather"} and DEFAULT_INTAKE in INTAKES
+    for name in INTAKES:
+        assert make_intake(name, *_driver()).name == name
+    with pytest.raises(ValueError, match="unknown intake 'batch'; known: gather, release, hold"):
+        make_intake("batch", *_driver())
 
 
-@pytest.mark.parametrize("model", SHIPPED_EXPLICIT)
-def test_the_shipped_explicit_models_run_the_default_intake_behind_a_bounded_queue(model):
-    """What the writer makes is what ships: hold, delay 0, Triton's queue bounded and
-    refusing past it, a client's timeout honoured."""
-    config = parse(_shipped(model))
-    assert DEFAULT_INTAKE == "hold" and intake_of(config) == "hold"
-    assert config.max_batch_size >= 2
-    assert config.dynamic_batching.max_queue_delay_microseconds == 0
-    policy = config.dynamic_batching.default_queue_policy
-    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
-    assert policy.allow_timeout_override
-    assert policy.max_queue_size == HOLD_MAX_QUEUE_SIZE
-    assert _ragged(config) == {"INPUT_IDS": True, "SLA_MS": False}
-    assert parse(hold_config(_shipped(model))) == config
+def test_only_hold_answers_inside_execute():
+    assert {name: make_intake(name, *_driver()).threaded for name in INTAKES} == {
+        "hold": False, "release": True, "gather": True}
 
 
-@pytest.mark.parametrize("model", SHIPPED_EXPLICIT)
-def test_gather_config_puts_an_unbounded_batcher_in_front(model):
-    config = parse(gather_config(_shipped(model)))
-    assert intake_of(config) == "gather"
-    assert config.max_batch_size == 512
-    assert _ragged(config)["INPUT_IDS"]
-    assert config.dynamic_batching.max_queue_delay_microseconds == 0
-    assert not config.dynamic_batching.HasField("default_queue_policy")
+def test_a_call_right_after_the_previous_one_arrived_during_it():
+    assert hand_over_arrival(10.0, None) == 10.0
+    assert hand_over_arrival(10.0 + HAND_OVER_S / 2, (9.0, 10.0)) == 9.5
+    assert hand_over_arrival(10.0 + 2 * HAND_OVER_S, (9.0, 10.0)) == 10.0 + 2 * HAND_OVER_S
 
 
-def test_release_config_takes_the_batcher_away():
-    config = parse(release_config(_shipped()))
-    assert intake_of(config) == "release"
-    assert not config.HasField("dynamic_batching")
-    assert config.max_batch_size == 1
-    assert not any(_ragged(config).values())
+def test_hold_estimates_from_its_own_previous_call():
+    hold = HoldIntake()
+    assert hold.call_arrival(5.0) == 5.0
+    hold.call_returned(5.0, 5.02)
+    assert hold.call_arrival(5.021) == pytest.approx(5.01)
+    assert hold.call_arrival(6.0) == 6.0
 
 
-@pytest.mark.parametrize("make, mode", [(hold_config, "hold"), (gather_config, "gather")])
-def test_hold_and_gather_configs_keep_one_batcher_and_one_intake(make, mode):
-    for start in (_shipped(), release_config(_shipped())):
-        text = make(start, max_hand_over=4, priority_levels=2)
-        config = parse(text)
-        assert intake_of(config) == mode
-        assert text.count("dynamic_batching {") == 1
-        assert text.count('key: "intake"') == 1
-        assert config.dynamic_batching.priority_levels == 2
-        assert config.dynamic_batching.default_priority_level == 2
-        assert config.max_batch_size == 4
+def test_release_never_parks_and_takes_arrivals_as_they_come():
+    release = ReleaseIntake(*_driver())
+    assert release.call_arrival(3.0) == 3.0
+    release.after_queued(1, 50.0, release.generation())  # returns at once
+    assert release.summary() == ""
 
 
-def test_every_mode_keeps_the_rest_of_the_config_and_its_leading_comments():
-    shipped = _shipped()
-    for make in (hold_config, gather_config, release_config):
-        text = make(shipped)
-        assert text.startswith(shipped.split("\n", 1)[0])
-        config, original = parse(text), parse(shipped)
-        assert config.name == original.name and config.backend == original.backend
-        assert [t.name for t in config.input] == [t.name for t in original.input]
-        assert config.parameters["executor"] == original.parameters["executor"]
-    assert {intake_of(parse(m(shipped))) for m in (hold_config, gather_config,
-                                                    release_config)} == set(INTAKES)
+def _park_in_thread(gather: GatherIntake, sla_ms: float = 10_000.0) -> threading.Thread:
+    generation = gather.generation()
+    thread = threading.Thread(target=gather.after_queued, args=(3, sla_ms, generation))
+    thread.start()
+    return thread
 
 
-def test_text_that_is_not_a_model_config_is_refused():
-    with pytest.raises(Exception, match="max_batch_sise"):
-        hold_config('name: "x"\nmax_batch_sise: 4\n')
+def _wait_parked(gather: GatherIntake, cond: threading.Condition, n: int = 1) -> None:
+    with cond:
+        assert cond.wait_for(lambda: gather.parked == n, timeout=HANG_GUARD_S)
+
+
+@pytest.mark.parametrize("let_go", ["batch finished", "idle"])
+def test_gather_parks_a_call_until_the_scheduler_lets_it_go(let_go):
+    lock, cond = _driver()
+    gather = GatherIntake(lock, cond)
+    thread = _park_in_thread(gather)
+    _wait_parked(gather, cond)
+    with cond:
+        if let_go == "idle":
+            gather.idle_locked()
+        else:
+            gather.batch_finished_locked(started_s=0.0)
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive()
+    assert gather.stats["parked"] == 1 and gather.stats["park_timeouts"] == 0
+    assert gather.parked == 0
+
+
+def test_a_gather_call_let_go_before_it_parks_returns_at_once():
+    lock, cond = _driver()
+    gather = GatherIntake(lock, cond)
+    generation = gather.generation()
+    thread = _park_in_thread(gather)  # parks: nothing let it go yet
+    _wait_parked(gather, cond)
+    with cond:
+        gather.idle_locked()
+    thread.join(HANG_GUARD_S)
+    gather.after_queued(1, 10_000.0, generation)  # its generation was let go: no park
+    assert gather.stats == {**gather.stats, "calls": 2, "parked": 1}
+
+
+def test_a_gather_park_is_bounded_by_a_quarter_of_the_smallest_recent_sla():
+    """A 4 ms SLA bounds the park to 1 ms: it times out, counted, with nobody letting it go."""
+    lock, cond = _driver()
+    gather = GatherIntake(lock, cond)
+    thread = _park_in_thread(gather, sla_ms=4.0)
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive()
+    assert gather.stats["park_timeouts"] == 1
+
+
+def test_stopping_lets_parked_calls_go_and_parks_no_more():
+    lock, cond = _driver()
+    gather = GatherIntake(lock, cond)
+    thread = _park_in_thread(gather)
+    _wait_parked(gather, cond)
+    with cond:
+        gather.stop_locked()
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive()
+    gather.after_queued(1, 10_000.0, gather.generation())
+    assert gather.stats["parked"] == 1
+
+
+def test_requests_of_a_call_after_a_park_arrived_during_the_park():
+    """The next call's requests queued in Triton while this one was parked: their arrival
+    is the middle of the park (from the call's start to its return), not the next call's
+    start."""
+    lock, cond = _driver()
+    gather = GatherIntake(lock, cond)
+    start = time.monotonic()
+    assert gather.call_arrival(start) == start
+    thread = _park_in_thread(gather)
+    _wait_parked(gather, cond)
+    with cond:
+        gather.idle_locked()
+    thread.join(HANG_GUARD_S)
+    returned = gather._prev_parked[1]  # noqa: SLF001 - when the park ended
+    assert gather.call_arrival(returned) == pytest.approx((start + returned) / 2)
