@@ -9,10 +9,11 @@ one's ``config.pbtxt``; ``ExplicitModel`` (``triton_models``) drives them.
   instead of losing them. Answers made while more of the call's work remains - refusals,
   every batch but the last - go out at once through the request's response sender; the
   last batch's are returned. What arrives meanwhile waits in Triton's queue and comes over
-  in the next call; that backlog is invisible to the plugin, so Triton's queue policy
-  bounds it (``max_queue_size``: beyond it Triton refuses at once, UNAVAILABLE; a client's
-  own ``timeout`` is honoured in the queue), and the requests' arrival is estimated
-  (``hand_over_arrival``).
+  in the next call; that backlog is invisible to the plugin: the requests' arrival is
+  estimated (``hand_over_arrival``), so the plugin refuses at hand-over what can no longer
+  make its deadline, but past capacity such a refusal may come after the deadline. (Triton's
+  ``default_queue_policy`` could bound the backlog; in 2.51 it stalls the batcher, see
+  ``intake_config.HOLD_MAX_QUEUE_SIZE``.)
 * ``release``: ``execute()`` queues its requests and returns at once; the plugin alone
   holds them, sees the whole queue and decides every wait. One ``execute()`` call per
   request. A crash of its Python stub loses them: Triton 2.51's Python backend keeps

@@ -11,10 +11,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 HOLD_MAX_HAND_OVER = 128  # requests Triton hands over in one execute() call
 GATHER_MAX_HAND_OVER = 512
-# Triton's queue in front of intake hold: past this many waiting requests Triton refuses
-# new ones at once (UNAVAILABLE), so under overload the backlog the plugin cannot see stays
-# about one hand-over deep and refusals come before deadlines, not after.
-HOLD_MAX_QUEUE_SIZE = 128
+# Triton's queue in front of intake hold: unbounded by default. Any default_queue_policy
+# (max_queue_size alone, or allow_timeout_override alone) made Triton 2.51's dynamic
+# batcher leave ~500 ms gaps between execute() calls now and then with work queued: at
+# the closed-loop peak (flat profile, 64 in flight) 3-30 of ~400 gaps, and 550-1,440
+# req/s instead of 1,550-1,720 without one (scripts/intake_check.py's flat model, per-call
+# trace of the stub). A deployment may still bound it (max_queue_size > 0).
+HOLD_MAX_QUEUE_SIZE = 0
 
 
 def parse(config: str) -> mc.ModelConfig:
@@ -68,13 +71,16 @@ def _batcher_in_front(config: str, max_hand_over: int, priority_levels: int
 def hold_config(config: str, max_hand_over: int = HOLD_MAX_HAND_OVER,
                 priority_levels: int = 0, max_queue_size: int = HOLD_MAX_QUEUE_SIZE) -> str:
     """A model's ``config.pbtxt`` text switched to ``intake: hold``: Triton's batcher in
-    front (see ``_batcher_in_front``) and its queue bounded to ``max_queue_size`` waiting
-    requests (0: unbounded), refusing past it, a client's ``timeout`` honoured."""
+    front (see ``_batcher_in_front``). ``max_queue_size`` > 0 bounds Triton's queue to that
+    many waiting requests (past it Triton refuses at once, UNAVAILABLE; a client's
+    ``timeout`` honoured there) at the cost HOLD_MAX_QUEUE_SIZE describes; 0: no policy."""
     model = _batcher_in_front(config, max_hand_over, priority_levels)
-    policy = model.dynamic_batching.default_queue_policy
-    policy.timeout_action = mc.ModelQueuePolicy.REJECT
-    policy.allow_timeout_override = True
-    policy.max_queue_size = max_queue_size
+    model.dynamic_batching.ClearField("default_queue_policy")
+    if max_queue_size > 0:
+        policy = model.dynamic_batching.default_queue_policy
+        policy.timeout_action = mc.ModelQueuePolicy.REJECT
+        policy.allow_timeout_override = True
+        policy.max_queue_size = max_queue_size
     return render(_with_intake(model, "hold"), config)
 
 
