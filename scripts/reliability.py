@@ -34,13 +34,13 @@ server stop         one row per server: PASS when tritonserver exits by itself w
                     counts as live until exit. The kill and hostile cases therefore run on
                     servers of their own (exit timeout 5 s), whose stop rows say
                     "documented"; the main server's stop must PASS.
-stub kill -9        (``kill-hold``) ``crash_hold`` (emulated_explicit with ``intake: hold``)
+stub kill -9        (``kill-hold``) ``crash_hold`` (emulated_explicit as shipped: ``intake: hold``)
   (intake hold)     gets 150 requests of 512 tokens (SLA 600 s) in 0.3 s; 1 s later its stub
                     is killed (SIGKILL, by PID) while a StubSupervisor watches. Bounds: >= 100
                     unanswered at the kill (else the case tested nothing); lost 0: every
                     client answered within 30 s of the kill, none twice; afterwards the model
                     is reloaded and answers an inference (or reports not ready).
-stub kill -9        (``kill-release``) the same against ``crash_release`` (the default
+stub kill -9        (``kill-release``) the same against ``crash_release`` (switched to
   (intake release)  ``intake: release``), comparison only: the backend keeps nothing for
                     released requests, so clients give up after a 10 s client timeout
                     (counted, DEADLINE_EXCEEDED); lost 0 is its one bound (quick: skipped).

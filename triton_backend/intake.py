@@ -11,9 +11,9 @@ one's ``config.pbtxt``; ``ExplicitModel`` (``triton_models``) drives them.
   last batch's are returned. What arrives meanwhile waits in Triton's queue and comes over
   in the next call; that backlog is invisible to the plugin: the requests' arrival is
   estimated (``hand_over_arrival``), so the plugin refuses at hand-over what can no longer
-  make its deadline, but past capacity such a refusal may come after the deadline. (Triton's
-  ``default_queue_policy`` could bound the backlog; in 2.51 it stalls the batcher, see
-  ``intake_config.HOLD_MAX_QUEUE_SIZE``.)
+  make its deadline, but past capacity such a refusal may come after the deadline; Triton's
+  ``default_queue_policy`` bounds the backlog (``max_queue_size``: beyond it Triton refuses
+  at once, UNAVAILABLE), at a cost: ``intake_config.HOLD_MAX_QUEUE_SIZE``.
 * ``release``: ``execute()`` queues its requests and returns at once; the plugin alone
   holds them, sees the whole queue and decides every wait. One ``execute()`` call per
   request. A crash of its Python stub loses them: Triton 2.51's Python backend keeps

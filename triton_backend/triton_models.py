@@ -1006,4 +1006,4 @@ class ExplicitModel:
         cpu = " ".join(f"{k}={v:.2f}" for k, v in self._thread_cpu_s.items())
         pb_utils.Logger.log_info(
             f"{self.model_name}: unloading; thread CPU s: {cpu}; "
-            f"requests={self._arrivals};{self._gather_summary()}")
+            f"requests={self._arrivals};{self.intake.summary()}")

@@ -96,6 +96,11 @@ def _metric(server, name: str) -> float:
     return 0.0
 
 
+def _log(server) -> str:
+    with open(server.log_path, errors="replace") as fh:
+        return fh.read()
+
+
 def test_failed_batch_fails_its_requests_and_the_loop_goes_on(fault_server):
     client = grpcclient.InferenceServerClient(fault_server.grpc_url)
     try:
@@ -187,6 +192,12 @@ def test_unload_with_requests_queued_answers_every_request(fault_server):
         assert took_s < 60, f"the unload took {took_s:.0f} s to answer the queued requests"
         codes = {str(err.status()) if err else "OK" for [(_, err)] in results.calls.values()}
         assert codes <= {"OK", "StatusCode.UNAVAILABLE"}, codes
+        # finalize() ran to its end: its last act is the per-thread CPU account
+        # (scripts/host_ledger.py reads it).
+        deadline = time.monotonic() + 30
+        while f"{MODEL}: unloading; thread CPU s: execute=" not in _log(fault_server):
+            assert time.monotonic() < deadline, "30 s without the unload account in the log"
+            time.sleep(0.2)
         client.load_model(MODEL)
         assert client.is_model_ready(MODEL)
     finally:

@@ -26,25 +26,25 @@ def _ragged(model: mc.ModelConfig) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("model", SHIPPED_EXPLICIT)
-def test_the_shipped_explicit_models_run_the_default_intake(model):
-    """What the writer makes is what ships: hold, delay 0, ragged INPUT_IDS, and no queue
-    policy (any one stalled Triton 2.51's batcher: intake_config.HOLD_MAX_QUEUE_SIZE)."""
+def test_the_shipped_explicit_models_run_the_default_intake_behind_a_bounded_queue(model):
+    """What the writer makes is what ships: hold, delay 0, ragged INPUT_IDS, Triton's queue
+    bounded and refusing past it, a client's timeout honoured."""
     config = parse(_shipped(model))
     assert DEFAULT_INTAKE == "hold" and intake_of(config) == "hold"
     assert config.max_batch_size >= 2
     assert config.dynamic_batching.max_queue_delay_microseconds == 0
-    assert not config.dynamic_batching.HasField("default_queue_policy")
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
+    assert policy.allow_timeout_override
+    assert policy.max_queue_size == HOLD_MAX_QUEUE_SIZE > 0
     assert _ragged(config) == {"INPUT_IDS": True, "SLA_MS": False}
     assert parse(hold_config(_shipped(model))) == config
 
 
-def test_hold_config_bounds_triton_queue_only_when_asked():
+def test_hold_config_without_a_bound_writes_no_queue_policy():
     config = parse(hold_config(_shipped(), max_queue_size=64))
-    policy = config.dynamic_batching.default_queue_policy
-    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
-    assert policy.allow_timeout_override and policy.max_queue_size == 64
-    assert HOLD_MAX_QUEUE_SIZE == 0
-    unbounded = parse(hold_config(hold_config(_shipped(), max_queue_size=64)))
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == 64
+    unbounded = parse(hold_config(_shipped(), max_queue_size=0))
     assert not unbounded.dynamic_batching.HasField("default_queue_policy")
 
 
