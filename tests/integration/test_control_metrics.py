@@ -70,8 +70,18 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
         outcomes = list(pool.map(lambda w: _infer(server, *w), work))
     assert outcomes.count("ok") == 120 and outcomes.count("invalid") == 5
     assert outcomes.count("infeasible") == 5
-    time.sleep(0.5)  # the loop flushes metrics once per control period (100 ms)
-    after = scrape(server)
+    # Metrics are flushed once per control period (100 ms), the latency histograms once a
+    # second: wait (a hang guard, not a bound) until the 120 served requests are published.
+    deadline = time.monotonic() + 30
+    while True:
+        after = scrape(server)
+        published = [total(after, n) - total(before, n) for n in (
+            PREFIX + "batch_size_sum", PREFIX + "sla_requests_total",
+            PREFIX + "request_duration_seconds_count")]
+        if all(p >= 120 for p in published):
+            break
+        assert time.monotonic() < deadline, f"30 s and only {published} of 120 published"
+        time.sleep(0.2)
 
     names = {n for n, _ in after}
     for family in all_metric_names():
