@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from sidecar.triton_metrics import fetch_url, read_samples
 from tests.conftest import SHIPPED_REPOSITORY
 from tests.integration.collector import Collector
 
@@ -100,12 +101,9 @@ def _cancellations(server) -> float:
     """Cancelled requests answered without being computed: by the plugin (its counter) or,
     for those still waiting in Triton's queue in front of intake hold, by Triton itself
     (its failure counter, reason CANCELED)."""
-    triton = 0.0
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if (line.startswith("nv_inference_request_failure{") and f'model="{MODEL}"' in line
-                    and 'reason="CANCELED"' in line):
-                triton += float(line.rsplit(" ", 1)[1])
+    triton = sum(s.value for s in read_samples(fetch_url(server.metrics_url, 5))
+                 if s.name.startswith("nv_inference_request_failure")
+                 and s.labels.get("model") == MODEL and s.labels.get("reason") == "CANCELED")
     return _metric(server, "explicit_batching_cancelled_requests_total") + triton
 
 
