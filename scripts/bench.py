@@ -86,10 +86,14 @@ from scheduler_core.profile import with_emulation  # noqa: E402
 from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from scheduler_core.simulator import capacity_rps, simulate  # noqa: E402
-from sidecar.triton_metrics import MetricsParseError  # noqa: E402
+from sidecar.triton_metrics import MetricsParseError, fetch_url, model_sample_sum  # noqa: E402
 from triton_backend.intake import DEFAULT_INTAKE  # noqa: E402
 from triton_backend.intake_config import GATHER_MAX_HAND_OVER  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
+from triton_backend.metric_catalog import PREFIX  # noqa: E402
+
+WAKE_REQUESTS = PREFIX + "wake_requests_total"
+WAKE_COUNT_SETTLE_S = 0.5
 
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
 MINI_EXPLICIT, MINI_NATIVE = "minilm_explicit", "minilm_native"
@@ -325,13 +329,18 @@ class Bench:
         return stats
 
     def success_count(self, model: str) -> int | None:
-        """Triton's count of requests ``model`` answered successfully (statistics API)."""
+        """Requests ``model`` answered successfully: Triton's count (statistics API) less
+        the plugin's own wake requests (intake hold; Triton counts them too). The plugin
+        publishes its counters every control period (0.1 s): wait WAKE_COUNT_SETTLE_S."""
         import tritonclient.http as httpclient  # noqa: PLC0415
+        time.sleep(WAKE_COUNT_SETTLE_S)
         client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=30.0)
         try:
             stats = client.get_inference_statistics(model)
+            wakes = model_sample_sum(fetch_url(self.server.metrics_url, 30.0),
+                                     WAKE_REQUESTS, model)
             return sum(int(m["inference_stats"]["success"]["count"])
-                       for m in stats.get("model_stats", []))
+                       for m in stats.get("model_stats", [])) - int(wakes)
         except Exception:  # noqa: BLE001 - a missing figure only blanks one cell
             return None
         finally:

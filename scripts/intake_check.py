@@ -35,7 +35,9 @@ sys.path.insert(0, REPO_ROOT)
 from operator_tools.perf_analyzer import PerfResult, run_request_rate  # noqa: E402
 from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from triton_backend.intake_config import gather_config, hold_config, release_config  # noqa: E402
+from sidecar.triton_metrics import fetch_url, model_sample_sum  # noqa: E402
 from triton_backend.launcher import TritonServer  # noqa: E402
+from triton_backend.metric_catalog import PREFIX  # noqa: E402
 
 CONFIGS = os.path.join(REPO_ROOT, "perf_analyzer_configs")
 SHIPPED = os.path.join(REPO_ROOT, "model_repository")
@@ -94,12 +96,16 @@ def _native(repo: str, profiles_of: str, time_scale: float, flat: bool) -> None:
         fh.write(config + _params(time_scale, flat))
 
 
-def _counts(http_url: str, model: str) -> tuple[int, int]:
-    """(requests answered successfully, execute() calls) from Triton's statistics."""
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats",
+def _counts(server: TritonServer, model: str) -> tuple[int, int]:
+    """(requests answered successfully, execute() calls) from Triton's statistics, less
+    intake hold's wake requests (Triton counts them as requests)."""
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats",
                                 timeout=5) as resp:
         stats = json.load(resp)["model_stats"][0]
-    return int(stats["inference_stats"]["success"]["count"]), int(stats["execution_count"])
+    wakes = int(model_sample_sum(fetch_url(server.metrics_url, 30.0),
+                                 PREFIX + "wake_requests_total", model))
+    return (int(stats["inference_stats"]["success"]["count"]) - wakes,
+            int(stats["execution_count"]))
 
 
 @dataclass
@@ -116,15 +122,15 @@ def _measure(server: TritonServer, repo: str, model: str, rate: float, measureme
              concurrency: int = 0) -> Row:
     data = os.path.join(CONFIGS, "mixed.json" if model == NATIVE else "mixed_sla.json")
     stub = find_stub(server.process.pid, repo, model)
-    cpu0, (n0, calls0) = cpu_s(stub), _counts(server.http_url, model)
+    cpu0, (n0, calls0) = cpu_s(stub), _counts(server, model)
     try:
         result = run_request_rate(server.http_url, model, data, rate, measurement_ms,
                                   concurrency=concurrency,
                                   extra=CLOSED_LOOP_FLAGS if concurrency else ())
         error = ""
     except RuntimeError as exc:
-        result, error = None, str(exc).splitlines()[-1][:200]
-    cpu1, (n1, calls1) = cpu_s(stub), _counts(server.http_url, model)
+        result, error = None, str(exc)[-1500:]
+    cpu1, (n1, calls1) = cpu_s(stub), _counts(server, model)
     n, calls = n1 - n0, calls1 - calls0
     per_request = (1e6 * (cpu1 - cpu0) / n if n and cpu0 is not None and cpu1 is not None
                    else None)

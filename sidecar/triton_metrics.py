@@ -178,6 +178,13 @@ def read_samples(text: str) -> list[Sample]:
         raise MetricsParseError(f"not a Prometheus metrics page: {exc}") from None
 
 
+def model_sample_sum(text: str, name: str, model: str) -> float:
+    """The sum of family ``name``'s samples labelled ``model`` on a metrics page (0 when it
+    has none): e.g. the plugin's wake requests, which Triton counts as requests too."""
+    return sum(s.value for s in read_samples(text)
+               if s.name == name and s.labels.get("model") == model)
+
+
 @dataclass
 class ModelCounters:
     success: float = 0.0

@@ -14,11 +14,12 @@ GATHER_MAX_HAND_OVER = 512
 # Triton's queue in front of intake hold: past this many waiting requests Triton refuses
 # new ones at once (UNAVAILABLE). Without a bound the backlog the plugin cannot see grew
 # without limit under overload (scripts/reliability.py, 2x for 60 s: latency to 70 s and
-# 10,211 requests never answered in time). The bound has a cost: any default_queue_policy
-# (max_queue_size alone, or allow_timeout_override alone) made Triton 2.51's dynamic
-# batcher leave ~500 ms gaps between execute() calls now and then with work queued: at the
-# closed-loop peak (flat profile, 64 in flight) 3-30 of ~400 gaps, and 550-1,440 req/s
-# instead of 1,550-1,720 without one (per-call trace of the stub). 0: no policy.
+# 10,211 requests never answered in time). Any default_queue_policy (max_queue_size alone,
+# or allow_timeout_override alone) stops Triton 2.51's queue from prefetching, and then its
+# batcher loses a wake-up now and then: ~500 ms gaps between execute() calls with work
+# queued (closed loop, flat profile, 64 in flight: 3-30 in ~400 calls, 262-1,440 req/s
+# instead of 1,550-1,830 without a policy). The plugin's wake requests (intake.Waker) end
+# those gaps, except while the queue is full (Triton refuses them too). 0: no policy.
 HOLD_MAX_QUEUE_SIZE = 128
 
 

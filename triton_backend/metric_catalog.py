@@ -44,6 +44,8 @@ COUNTERS = {
     "batch_failures_total": "Batches whose inference failed (their requests got INTERNAL)",
     "loop_errors_total": "Unexpected exceptions in the scheduler loop (it was restarted)",
     "cancelled_requests_total": "Requests the client cancelled, answered without computing",
+    "wake_requests_total": "Wake requests intake hold sent into its own model to end a "
+                           "stall of Triton's batcher (Triton counts them as requests)",
 }
 
 

@@ -44,7 +44,7 @@ from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 
 from .tensor_contract import (Contract, ContractError, GenericRequest, batch_inputs,
                               check_inner_config, decode_generic, split_outputs)
-from .intake import DEFAULT_INTAKE, GATHER_GRACE_US, INTAKES, make_intake
+from .intake import DEFAULT_INTAKE, GATHER_GRACE_US, INTAKES, WAKE_AFTER_US, Waker, make_intake
 from .load_calibration import calibrate_at_load
 from .executors import (MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice, MiniLMEncoder,
                         pad_batch)
@@ -375,6 +375,36 @@ class GenericBLSExecutor:
 
 # intake hold: a slot of the call's response list whose answer was already sent.
 _SENT = object()
+WAKE_REQUEST_ID = "explicit-batching-wake"  # intake.Waker's requests
+WAKE_TIMEOUT_US = 1_000_000  # Triton drops a wake request that waited this long
+
+
+def _queue_prefetches(config: dict) -> bool:
+    """Whether Triton's dynamic batcher for ``config`` prefetches the next batch while
+    one runs: only with no queue policy and no priority levels (core r24.10,
+    ``PriorityQueue``'s ``support_prefetching_``). Without it intake hold needs its Waker."""
+    batcher = config.get("dynamic_batching") or {}
+    policy = batcher.get("default_queue_policy") or {}
+    return (int(batcher.get("priority_levels", 0) or 0) == 0
+            and int(policy.get("default_timeout_microseconds", 0) or 0) == 0
+            and not policy.get("allow_timeout_override", False)
+            and int(policy.get("max_queue_size", 0) or 0) == 0)
+
+
+def _wake_inputs(config: dict) -> list:
+    """One batch row of each required input of ``config``, zeros (empty strings): a wake
+    request is never decoded, it only has to pass Triton's checks."""
+    batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+    tensors = []
+    for spec in config.get("input", []):
+        if spec.get("optional"):
+            continue
+        shape = batch + [1 if int(d) < 0 else int(d) for d in spec.get("dims", [])]
+        dtype = pb_utils.triton_string_to_numpy(spec["data_type"])
+        value = (np.full(shape, b"", dtype=np.object_) if dtype == np.object_
+                 else np.zeros(shape, dtype=dtype))
+        tensors.append(pb_utils.Tensor(spec["name"], value))
+    return tensors
 
 
 def _built(response) -> "pb_utils.InferenceResponse":
@@ -528,6 +558,16 @@ class ExplicitModel:
             target=self._metrics_loop, name="explicit-metrics", daemon=True)
         if self._metrics_thread is not None:
             self._metrics_thread.start()
+        # intake hold, where Triton's queue cannot prefetch: wake requests end the batcher's
+        # lost-wake-up stalls (intake.Waker).
+        wake_after_us = _int_parameter(
+            self.params, "wake_after_us",
+            0 if self.intake.threaded or _queue_prefetches(self.config) else WAKE_AFTER_US,
+            self.model_name)
+        self._wakes_in_call = 0
+        self._wake_inputs = _wake_inputs(self.config) if wake_after_us > 0 else []
+        self._waker = (Waker(wake_after_us / 1e6, self._send_wake).start()
+                       if wake_after_us > 0 and not self.intake.threaded else None)
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
@@ -592,10 +632,15 @@ class ExplicitModel:
         smallest SLA among them."""
         queued: list[QueuedRequest] = []
         min_sla_ms = math.inf
+        self._wakes_in_call = 0
         for i, request in enumerate(requests):
             handle = _Pending(request, None if responses is not None
                               else request.get_response_sender(), None,
                               responses=responses, slot=i)
+            if self._waker is not None and request.request_id() == WAKE_REQUEST_ID:
+                self._wakes_in_call += 1
+                self._reply(handle, pb_utils.InferenceResponse())
+                continue
             try:
                 decoded = self._decode(request)
             except RequestError as exc:
@@ -651,6 +696,9 @@ class ExplicitModel:
         queues what arrives meanwhile and hands it over in the next call: one decision
         pass per batch, not per arrival, and no hand-over between threads."""
         now = time.monotonic()
+        waker = self._waker
+        if waker is not None:
+            waker.call_started()
         responses: list = [None] * len(requests)
         queued, _ = self._decode_call(requests, self.intake.call_arrival(now), responses)
         self._submit_call(queued, now)
@@ -670,8 +718,19 @@ class ExplicitModel:
                 self._send_ready(requests, responses)
         done = time.monotonic()
         self.intake.call_returned(now, done)
+        if waker is not None:
+            waker.call_returned(done, answered_real=self._wakes_in_call < len(requests))
         self._maybe_log_stats(done)
         return [None if response is _SENT else _built(response) for response in responses]
+
+    def _send_wake(self) -> bool:
+        """intake.Waker's wake request: into this model, answered (empty) by the next call;
+        False when Triton refused it (a full queue) or it failed."""
+        self.metrics.on_event("wake_requests_total")
+        response = pb_utils.InferenceRequest(
+            model_name=self.model_name, inputs=self._wake_inputs, requested_output_names=[],
+            request_id=WAKE_REQUEST_ID, timeout=WAKE_TIMEOUT_US).exec()
+        return not response.has_error()
 
     def _send_ready(self, requests, responses: list) -> None:
         """intake hold: send the call's answers made so far; their slots become _SENT."""
@@ -977,6 +1036,8 @@ class ExplicitModel:
 
     def finalize(self):
         """Stop accepting, serve what is queued (flush), then fail anything left."""
+        if self._waker is not None:  # no wake request may be under way at unload
+            self._waker.stop(timeout_s=2.0 * WAKE_TIMEOUT_US / 1e6)
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -1006,4 +1067,5 @@ class ExplicitModel:
         cpu = " ".join(f"{k}={v:.2f}" for k, v in self._thread_cpu_s.items())
         pb_utils.Logger.log_info(
             f"{self.model_name}: unloading; thread CPU s: {cpu}; "
-            f"requests={self._arrivals};{self.intake.summary()}")
+            f"requests={self._arrivals};{self.intake.summary()}"
+            + (self._waker.summary() if self._waker is not None else ""))

@@ -48,11 +48,11 @@ def latency_server(tmp_path_factory):
     path = os.path.join(repo, MODEL, "config.pbtxt")
     with open(path) as fh:
         config = fh.read().replace('name: "emulated_explicit"', f'name: "{MODEL}"')
-    # Without Triton's queue bound: with any queue policy Triton 2.51's batcher stalls
-    # ~500 ms now and then before handing requests over, time no model can see (the
-    # plugin is not told when a request arrived). That is a documented cost of the
-    # shipped bound (intake_config.HOLD_MAX_QUEUE_SIZE); this test checks the plugin's
-    # own accounting, where Triton does not hide time from it.
+    # Without Triton's queue bound: with any queue policy Triton 2.51's batcher may stall
+    # ~500 ms before handing requests over (the plugin's wake requests end most such
+    # stalls, not all: intake_config.HOLD_MAX_QUEUE_SIZE), time no model can see (the
+    # plugin is not told when a request arrived). This test checks the plugin's own
+    # accounting, where Triton does not hide time from it.
     config = hold_config(config, max_queue_size=0)
     config += ('parameters { key: "time_scale" value: { string_value: "10" } }\n'
                'parameters { key: "sidecar" value: { string_value: "off" } }\n')

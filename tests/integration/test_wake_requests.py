@@ -1,0 +1,99 @@
+"""intake hold's wake requests (``intake.Waker``) in a real server.
+
+With the shipped queue bound Triton 2.51's batcher cannot prefetch and loses a wake-up
+now and then, so the plugin sends itself wake requests after a call when no call follows.
+Checked here as behaviour: a client's request gets its one answer; the wake requests that
+follow are answered (Triton counts them) and counted by the plugin's
+``wake_requests_total``; an idle model sends only a few (``WAKE_IDLE_CALLS`` + 1) and
+then none; a model whose queue prefetches (no queue policy) sends none.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from sidecar.triton_metrics import fetch_url, model_sample_sum
+from tests.integration.models import emulated_copy
+from triton_backend.intake import WAKE_IDLE_CALLS
+from triton_backend.intake_config import hold_config
+from triton_backend.metric_catalog import PREFIX
+
+pytestmark = pytest.mark.integration
+BOUNDED, UNBOUNDED = "wake_bounded", "wake_unbounded"
+HANG_GUARD_S = 60.0
+STEADY_READS = 3  # the counts must stay the same over this many reads, a second apart
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from triton_backend.launcher import TritonServer
+
+    repo = str(tmp_path_factory.mktemp("wake") / "repo")
+    sidecar_off = 'parameters { key: "sidecar" value: { string_value: "off" } }\n'
+    emulated_copy(repo, BOUNDED, extra=sidecar_off)  # the shipped config: bounded
+    emulated_copy(repo, UNBOUNDED, lambda c: hold_config(c, max_queue_size=0), extra=sidecar_off)
+    log = str(tmp_path_factory.mktemp("wakelogs") / "tritonserver.log")
+    srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
+        "--model-control-mode=explicit", f"--load-model={BOUNDED}",
+        f"--load-model={UNBOUNDED}"))
+    with srv:
+        yield srv
+
+
+def _infer(url: str, model: str, n: int) -> None:
+    with grpcclient.InferenceServerClient(url) as client:
+        for _ in range(n):
+            ids = grpcclient.InferInput("INPUT_IDS", [1, 4], "INT64")
+            ids.set_data_from_numpy(np.array([[101, 2000, 3000, 102]], dtype=np.int64))
+            result = client.infer(model, [ids], client_timeout=30)
+            assert result.as_numpy("EMBEDDING").shape == (1, 384)
+
+
+def _counts(server, model: str) -> tuple[int, float]:
+    """(Triton's successful requests, the plugin's wake_requests_total) for ``model``."""
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        stats = client.get_inference_statistics(model, as_json=True)
+    success = sum(int(m["inference_stats"]["success"].get("count", 0))
+                  for m in stats["model_stats"])
+    wakes = model_sample_sum(fetch_url(server.metrics_url, 10.0),
+                             PREFIX + "wake_requests_total", model)
+    return success, wakes
+
+
+def _steady_counts(server, model: str) -> tuple[int, float]:
+    """The counts once they have stopped moving (hang guard: HANG_GUARD_S)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    last, same = None, 0
+    while time.monotonic() < deadline:
+        now = _counts(server, model)
+        same = same + 1 if now == last else 0
+        if same >= STEADY_READS:
+            return now
+        last = now
+        time.sleep(1.0)
+    pytest.fail(f"{model}: the request counts were still moving after {HANG_GUARD_S:.0f} s "
+                f"(last {last}): wake requests that never stop")
+
+
+def test_an_idle_bounded_model_sends_a_few_wake_requests_then_none(server):
+    real = 5
+    _infer(server.grpc_url, BOUNDED, real)
+    success, wakes = _steady_counts(server, BOUNDED)
+    assert success - real == wakes, "every wake request sent is answered, and only those"
+    assert 1 <= wakes <= real * (WAKE_IDLE_CALLS + 1)
+    # A later request starts at most one more round of them.
+    _infer(server.grpc_url, BOUNDED, 1)
+    success2, wakes2 = _steady_counts(server, BOUNDED)
+    assert success2 - (real + 1) == wakes2
+    assert 1 <= wakes2 - wakes <= WAKE_IDLE_CALLS + 1
+
+
+def test_a_model_whose_queue_prefetches_sends_none(server):
+    real = 5
+    _infer(server.grpc_url, UNBOUNDED, real)
+    success, wakes = _steady_counts(server, UNBOUNDED)
+    assert (success, wakes) == (real, 0)
