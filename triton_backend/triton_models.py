@@ -916,7 +916,8 @@ class ExplicitModel:
                 self._answer(req, _error(refusal_message(reason),
                                          pb_utils.TritonError.UNAVAILABLE))
             self._log_zone_change(decision, now)
-            self._flush_metrics_if_due(now, sidecar_health)
+            if self.intake.threaded:  # intake hold: its metrics thread publishes instead
+                self._flush_metrics_if_due(now, sidecar_health)
             if decision.batch:
                 batch = self._drop_cancelled(decision.batch, now)
                 with self._cond:
@@ -954,9 +955,10 @@ class ExplicitModel:
             self._flush_lock.release()
 
     def _metrics_loop(self) -> None:
-        """intake hold: between calls nothing else publishes, so the counters of the last
-        call's events (a failed batch, a refusal) would wait for the next call. Touches no
-        request."""
+        """intake hold: the control metrics are published here, every control period, and
+        not from execute(): a flush (~90 messages to the server for the latency histograms)
+        there was 12 % of execute()'s samples at the closed-loop peak (py-spy), time the
+        call's requests waited for. Touches no request."""
         while not self._metrics_stop.wait(self._control_period_s):
             try:
                 now = time.monotonic()
