@@ -376,7 +376,7 @@ class GenericBLSExecutor:
 # intake hold: a slot of the call's response list whose answer was already sent.
 _SENT = object()
 WAKE_REQUEST_ID = "explicit-batching-wake"  # intake.Waker's requests
-WAKE_TIMEOUT_US = 1_000_000  # Triton drops a wake request that waited this long
+WAKE_STOP_WAIT_S = 2.0  # at unload, for the wake requests still under way
 
 
 def _queue_prefetches(config: dict) -> bool:
@@ -559,11 +559,14 @@ class ExplicitModel:
         if self._metrics_thread is not None:
             self._metrics_thread.start()
         # intake hold, where Triton's queue cannot prefetch: wake requests end the batcher's
-        # lost-wake-up stalls (intake.Waker).
-        wake_after_us = _int_parameter(
-            self.params, "wake_after_us",
-            0 if self.intake.threaded or _queue_prefetches(self.config) else WAKE_AFTER_US,
-            self.model_name)
+        # lost-wake-up stalls (intake.Waker; opt-in, see WAKE_AFTER_US).
+        wake_after_us = _int_parameter(self.params, "wake_after_us", WAKE_AFTER_US,
+                                       self.model_name)
+        if wake_after_us > 0 and (self.intake.threaded or _queue_prefetches(self.config)):
+            pb_utils.Logger.log_warn(
+                f"{self.model_name}: parameter 'wake_after_us' ignored: it serves intake hold "
+                "behind a queue that cannot prefetch (a default_queue_policy or priority levels)")
+            wake_after_us = 0
         self._wakes_in_call = 0
         self._wake_inputs = _wake_inputs(self.config) if wake_after_us > 0 else []
         self._waker = (Waker(wake_after_us / 1e6, self._send_wake).start()
@@ -729,7 +732,7 @@ class ExplicitModel:
         self.metrics.on_event("wake_requests_total")
         response = pb_utils.InferenceRequest(
             model_name=self.model_name, inputs=self._wake_inputs, requested_output_names=[],
-            request_id=WAKE_REQUEST_ID, timeout=WAKE_TIMEOUT_US).exec()
+            request_id=WAKE_REQUEST_ID).exec()
         return not response.has_error()
 
     def _send_ready(self, requests, responses: list) -> None:
@@ -1039,7 +1042,7 @@ class ExplicitModel:
     def finalize(self):
         """Stop accepting, serve what is queued (flush), then fail anything left."""
         if self._waker is not None:  # no wake request may be under way at unload
-            self._waker.stop(timeout_s=2.0 * WAKE_TIMEOUT_US / 1e6)
+            self._waker.stop(timeout_s=WAKE_STOP_WAIT_S)
         with self._cond:
             self._stopping = True
             self._cond.notify_all()

@@ -1,11 +1,13 @@
-"""intake hold's wake requests (``intake.Waker``) in a real server.
+"""intake hold's wake requests (``intake.Waker``, opt-in: parameter ``wake_after_us``) in a
+real server.
 
 With the shipped queue bound Triton 2.51's batcher cannot prefetch and loses a wake-up
-now and then, so the plugin sends itself wake requests after a call when no call follows.
+now and then, so the plugin can send itself wake requests after a call when no call
+follows.
 Checked here as behaviour: a client's request gets its one answer; the wake requests that
 follow are answered (Triton counts them) and counted by the plugin's
 ``wake_requests_total``; an idle model sends a few and then none, until the next request;
-a model whose queue prefetches (no queue policy) sends none.
+a model whose queue prefetches (no queue policy) ignores the parameter and sends none.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import tritonclient.grpc as grpcclient
 
 from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.integration.models import emulated_copy
-from triton_backend.intake import WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
+from triton_backend.intake import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
 from triton_backend.intake_config import hold_config
 from triton_backend.metric_catalog import PREFIX
 
 pytestmark = pytest.mark.integration
-BOUNDED, UNBOUNDED = "wake_bounded", "wake_unbounded"
+BOUNDED, UNBOUNDED, SHIPPED = "wake_bounded", "wake_unbounded", "wake_shipped"
+WAKE_US = WAKE_AFTER_US_MEASURED  # the opt-in, as measured (off by default)
 HANG_GUARD_S = 60.0
 STEADY_READS = 3  # the counts must stay the same over this many reads, a second apart
 
@@ -33,13 +36,15 @@ def server(tmp_path_factory):
     from triton_backend.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("wake") / "repo")
-    sidecar_off = 'parameters { key: "sidecar" value: { string_value: "off" } }\n'
-    emulated_copy(repo, BOUNDED, extra=sidecar_off)  # the shipped config: bounded
-    emulated_copy(repo, UNBOUNDED, lambda c: hold_config(c, max_queue_size=0), extra=sidecar_off)
+    extra = ('parameters { key: "sidecar" value: { string_value: "off" } }\n'
+             f'parameters {{ key: "wake_after_us" value: {{ string_value: "{WAKE_US}" }} }}\n')
+    emulated_copy(repo, BOUNDED, extra=extra)  # the shipped config: bounded
+    emulated_copy(repo, UNBOUNDED, lambda c: hold_config(c, max_queue_size=0), extra=extra)
+    emulated_copy(repo, SHIPPED, extra=extra.splitlines(keepends=True)[0])  # no parameter
     log = str(tmp_path_factory.mktemp("wakelogs") / "tritonserver.log")
     srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
         "--model-control-mode=explicit", f"--load-model={BOUNDED}",
-        f"--load-model={UNBOUNDED}"))
+        f"--load-model={UNBOUNDED}", f"--load-model={SHIPPED}"))
     with srv:
         yield srv
 
@@ -99,3 +104,9 @@ def test_a_model_whose_queue_prefetches_sends_none(server):
     _infer(server.grpc_url, UNBOUNDED, real)
     success, wakes = _steady_counts(server, UNBOUNDED)
     assert (success, wakes) == (real, 0)
+
+
+def test_the_shipped_default_sends_none(server):
+    real = 5
+    _infer(server.grpc_url, SHIPPED, real)
+    assert _steady_counts(server, SHIPPED) == (real, 0)
