@@ -156,12 +156,22 @@ class TritonServer:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
-            # Ready, and from this process (it still runs): never someone else's server.
-            if self.is_ready() and self.process is not None and self.process.poll() is None:
+            # Ready, and from this process (it still runs): never someone else's server. The
+            # metrics endpoint starts after HTTP's: callers read it at once (a ledger run met
+            # "connection refused" there right after ready).
+            if (self.is_ready() and self._metrics_up() and self.process is not None
+                    and self.process.poll() is None):
                 return
             time.sleep(0.5)
         raise TimeoutError(f"tritonserver not ready after {timeout_s:.0f} s"
                            + (f"; see {self.log_path}" if self.log_path else ""))
+
+    def _metrics_up(self) -> bool:
+        if "--allow-metrics=false" in self.extra_args:
+            return True
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            return probe.connect_ex(("127.0.0.1", self.metrics_port)) == 0
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         if self.process is None:
