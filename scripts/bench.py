@@ -90,9 +90,8 @@ from sidecar.triton_metrics import MetricsParseError, fetch_url, model_sample_su
 from triton_backend.intake import DEFAULT_INTAKE  # noqa: E402
 from triton_backend.intake_config import GATHER_MAX_HAND_OVER  # noqa: E402
 from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer  # noqa: E402
-from triton_backend.metric_catalog import PREFIX  # noqa: E402
+from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC  # noqa: E402
 
-WAKE_REQUESTS = PREFIX + "wake_requests_total"
 WAKE_COUNT_SETTLE_S = 0.5
 
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
@@ -338,7 +337,7 @@ class Bench:
         try:
             stats = client.get_inference_statistics(model)
             wakes = model_sample_sum(fetch_url(self.server.metrics_url, 30.0),
-                                     WAKE_REQUESTS, model)
+                                     WAKE_REQUESTS_METRIC, model)
             return sum(int(m["inference_stats"]["success"]["count"])
                        for m in stats.get("model_stats", [])) - int(wakes)
         except Exception:  # noqa: BLE001 - a missing figure only blanks one cell

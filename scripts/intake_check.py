@@ -37,7 +37,7 @@ from operator_tools.procinfo import cpu_s, find_stub  # noqa: E402
 from triton_backend.intake_config import gather_config, hold_config, release_config  # noqa: E402
 from sidecar.triton_metrics import fetch_url, model_sample_sum  # noqa: E402
 from triton_backend.launcher import TritonServer  # noqa: E402
-from triton_backend.metric_catalog import PREFIX  # noqa: E402
+from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC  # noqa: E402
 
 CONFIGS = os.path.join(REPO_ROOT, "perf_analyzer_configs")
 SHIPPED = os.path.join(REPO_ROOT, "model_repository")
@@ -103,7 +103,7 @@ def _counts(server: TritonServer, model: str) -> tuple[int, int]:
                                 timeout=5) as resp:
         stats = json.load(resp)["model_stats"][0]
     wakes = int(model_sample_sum(fetch_url(server.metrics_url, 30.0),
-                                 PREFIX + "wake_requests_total", model))
+                                 WAKE_REQUESTS_METRIC, model))
     return (int(stats["inference_stats"]["success"]["count"]) - wakes,
             int(stats["execution_count"]))
 

@@ -49,6 +49,11 @@ COUNTERS = {
 }
 
 
+# intake hold's wake requests, as a metrics page names them: Triton counts them as
+# requests too, so figures of requests answered subtract them (bench, intake_check).
+WAKE_REQUESTS_METRIC = PREFIX + "wake_requests_total"
+
+
 def sla_class(sla_ms: float) -> str:
     for bound, label in SLA_CLASSES:
         if sla_ms <= bound:

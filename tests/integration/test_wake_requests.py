@@ -22,7 +22,7 @@ from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.integration.models import emulated_copy
 from triton_backend.intake import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
 from triton_backend.intake_config import hold_config
-from triton_backend.metric_catalog import PREFIX
+from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC
 
 pytestmark = pytest.mark.integration
 BOUNDED, UNBOUNDED, SHIPPED = "wake_bounded", "wake_unbounded", "wake_shipped"
@@ -65,7 +65,7 @@ def _counts(server, model: str) -> tuple[int, float]:
     success = sum(int(m["inference_stats"]["success"].get("count", 0))
                   for m in stats["model_stats"])
     wakes = model_sample_sum(fetch_url(server.metrics_url, 10.0),
-                             PREFIX + "wake_requests_total", model)
+                             WAKE_REQUESTS_METRIC, model)
     return success, wakes
 
 
