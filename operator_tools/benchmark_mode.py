@@ -49,7 +49,7 @@ SERVE_LATE = "serve_late"
 RECIPE = {POLICY_KEY: SERVE_LATE}
 # What the report says about the requests the model would have refused.
 # Where "on" keeps the queue bound it lifted, for "off" to put back (no dot: not a profile
-# key; the plugin ignores it).
+# key; a known parameter of the plugin, which does not act on it).
 RESTORE_KEY = "benchmark_mode_restore_max_queue_size"
 SERVED_LATE_NOTE = ("requests the plugin would refuse as deadline-infeasible (UNAVAILABLE) "
                     "were served late instead and count as missed SLAs")

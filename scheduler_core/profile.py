@@ -17,6 +17,8 @@ profile from the log line alone. Files are read with ``yaml.safe_load`` only.
 
 from __future__ import annotations
 
+import difflib
+
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
@@ -334,7 +336,10 @@ def parse_override(dotted_key: str, text: str, source: str) -> tuple[str, str, A
     cls = SECTIONS.get(section)
     known = {f.name: f for f in fields(cls)} if cls else {}
     if key not in known:
-        raise _bad(source, dotted_key, text, "not a profile key (section.key)")
+        every = [f"{name}.{f.name}" for name, c in SECTIONS.items() for f in fields(c)]
+        nearest = difflib.get_close_matches(dotted_key, every, n=1, cutoff=0.6)
+        hint = f"; nearest: '{nearest[0]}'" if nearest else ""
+        raise _bad(source, dotted_key, text, f"not a profile key (section.key){hint}")
     default = known[key].default
     try:
         if isinstance(default, bool):

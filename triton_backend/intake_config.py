@@ -18,7 +18,7 @@ GATHER_MAX_HAND_OVER = 512
 # or allow_timeout_override alone) stops Triton 2.51's queue from prefetching, and then its
 # batcher loses a wake-up now and then: ~500 ms gaps between execute() calls with work
 # queued (closed loop, flat profile, 64 in flight: 3-30 in ~400 calls, 262-1,440 req/s
-# instead of 1,550-1,830 without a policy). The plugin's wake requests (intake.Waker,
+# instead of 1,550-1,830 without a policy). The plugin's wake requests (waker.Waker,
 # opt-in: parameter wake_after_us) end most of those gaps, not while the queue is full
 # (Triton refuses them too). 0: no policy.
 HOLD_MAX_QUEUE_SIZE = 128

@@ -1,6 +1,7 @@
 """Hostile reloads against a real server: a live model is reloaded with a profile_dir
 that is a symlink out of the repository, a profile symlinked to /etc/passwd, a 100 MB
-profile, and an inner_model that does not exist. Each reload is refused, names the problem,
+profile, an inner_model that does not exist, an unknown parameter key, a misspelt profile
+key and a bad value. Each reload is refused, names the problem,
 quotes nothing from outside the repository, and the working version keeps serving. How fast
 a refusal comes is a target (2 s), measured with the machine's load by ``make
 reliability``'s hostile-reloads case, not bounded here."""
@@ -84,8 +85,13 @@ def _reload_with(client, **params) -> str:
     ({"profile_dir": f"{MODEL}/passwd_profiles"}, "passwd.yaml: resolves outside"),
     ({"profile_dir": f"{MODEL}/huge_profiles"}, "byte limit for a profile file"),
     ({"inner_model": "does_not_exist"}, "inner_model='does_not_exist'"),
+    ({"intak": "hold"}, "unknown parameter 'intak' (value 'hold'); nearest known key: 'intake'"),
+    ({"control.infeasible_polcy": "serve_late"},
+     "key 'control.infeasible_polcy': not a profile key (section.key); "
+     "nearest: 'control.infeasible_policy'"),
+    ({"responder_threads": "many"}, "parameter 'responder_threads' must be an integer"),
 ], ids=["profile_dir_symlink", "profile_symlink_to_etc_passwd", "100MB_profile",
-        "missing_inner_model"])
+        "missing_inner_model", "unknown_key", "misspelt_profile_key", "bad_value"])
 def test_hostile_reload_is_refused_and_the_old_version_serves(hostile, params, expected):
     _, client, outside = hostile
     assert _infer_ok(client)

@@ -1,4 +1,4 @@
-"""intake hold's wake requests (``intake.Waker``, opt-in: parameter ``wake_after_us``) in a
+"""intake hold's wake requests (``waker.Waker``, opt-in: parameter ``wake_after_us``) in a
 real server.
 
 With the shipped queue bound Triton 2.51's batcher cannot prefetch and loses a wake-up
@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 
 from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.integration.models import emulated_copy
-from triton_backend.intake import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
+from triton_backend.waker import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
 from triton_backend.intake_config import hold_config
 from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC
 

@@ -1,0 +1,78 @@
+"""What a model chooses and checks at load, without a server: intake, queue prefetch,
+profile and its parameter overrides, the inner model, the executor."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from triton_backend.model_loading import (LoadRefused, check_inner_model, choose_intake,
+                                          load_profile, make_executor, queue_prefetches)
+from triton_backend.model_settings import ModelSettings
+from triton_backend.placement import placement
+
+REPO = os.path.join(os.path.dirname(__file__), "..", "..", "..", "model_repository")
+ARGS = {"model_name": "emulated_explicit",
+        "model_repository": os.path.join(REPO, "emulated_explicit")}
+BATCHED = {"dynamic_batching": {}, "max_batch_size": 128}
+
+
+def settings(**params: str) -> ModelSettings:
+    return ModelSettings.from_parameters("emulated_explicit", params)
+
+
+def test_the_intake_defaults_to_hold_behind_a_batcher_and_release_without_one():
+    assert choose_intake(BATCHED, settings(), "m") == "hold"
+    assert choose_intake({"max_batch_size": 1}, settings(), "m") == "release"
+    assert choose_intake(BATCHED, settings(intake="gather"), "m") == "gather"
+
+
+def test_hold_without_a_batcher_in_front_refuses_naming_the_fix():
+    with pytest.raises(LoadRefused, match="model 'm': intake 'hold' needs dynamic_batching.*"
+                                          "set parameter intake to 'release'"):
+        choose_intake({"max_batch_size": 1}, settings(intake="hold"), "m")
+
+
+@pytest.mark.parametrize("batcher, prefetches", [
+    ({}, True),
+    ({"default_queue_policy": {"max_queue_size": 128}}, False),
+    ({"default_queue_policy": {"allow_timeout_override": True}}, False),
+    ({"default_queue_policy": {"default_timeout_microseconds": "1000"}}, False),
+    ({"priority_levels": 2}, False),
+])
+def test_triton_prefetches_only_without_a_queue_policy_or_priorities(batcher, prefetches):
+    assert queue_prefetches({"dynamic_batching": batcher}) is prefetches
+
+
+def test_the_profile_named_by_the_parameter_loads_with_its_overrides():
+    profile, why = load_profile(ARGS, settings(hardware_profile="t4", time_scale="8",
+                                               **{"scheduler.alpha": "0.3"}),
+                                "t4", None, warn=print)
+    assert profile.name == "t4" and "hardware_profile" in why
+    assert (profile.emulation.time_scale, profile.scheduler.alpha) == (8.0, 0.3)
+
+
+def test_a_misspelt_profile_override_refuses_naming_the_key():
+    with pytest.raises(LoadRefused, match="control.infeasible_polcy.*not a profile key"):
+        load_profile(ARGS, settings(hardware_profile="t4",
+                                    **{"control.infeasible_polcy": "serve_late"}),
+                     "t4", None, warn=print)
+
+
+def test_a_profile_dir_outside_the_repository_refuses():
+    with pytest.raises(LoadRefused, match="profile_dir='../..' leaves the model repository"):
+        load_profile(ARGS, settings(profile_dir="../.."), "t4", None, warn=print)
+
+
+def test_an_inner_model_with_no_folder_refuses_unless_the_check_is_off():
+    with pytest.raises(LoadRefused, match="inner_model='no_such_model': no model folder"):
+        check_inner_model(ARGS, settings(inner_model="no_such_model"))
+    check_inner_model(ARGS, settings(inner_model="no_such_model", inner_model_check="off"))
+    check_inner_model(ARGS, settings(inner_model="emulated_device"))
+
+
+def test_no_executor_refuses_naming_the_choices():
+    where = placement("CPU", "0", lambda: False, "", None)
+    with pytest.raises(LoadRefused, match="'executor' must be 'minilm' or 'emulated'"):
+        make_executor(ARGS, settings(), where, warn=print)

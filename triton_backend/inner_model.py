@@ -1,0 +1,67 @@
+"""``InnerModel``: an ordinary Triton model around one executor (real MiniLM or the
+emulated device). ``minilm``, ``emulated_device`` and the native baselines ``*_native``
+use it; Triton (or a BLS caller) hands it requests and it runs them as one batch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
+from .model_loading import LoadRefused, instance_placement, make_executor
+from .model_settings import ModelSettings, SettingsError
+from .request_decoding import RequestError, decode_padded_batch
+from .responses import check_numpy, error, input_array
+
+
+class InnerModel:
+    """The Python backend's model class for an inner or native model."""
+
+    def initialize(self, args):
+        """Called once when the model loads: read and check the parameters, place the
+        instance and build its executor. A bad setting refuses the load, naming it."""
+        check_numpy(args["model_name"])
+        self.config = json.loads(args["model_config"])
+        try:
+            settings = ModelSettings.from_model_config(args["model_name"], self.config)
+            self.placement = instance_placement(args, settings)
+            self.executor, _ = make_executor(args, settings, self.placement,
+                                             pb_utils.Logger.log_warn)
+        except (SettingsError, LoadRefused) as exc:
+            raise pb_utils.TritonModelException(str(exc)) from None
+        pb_utils.Logger.log_info(f"{args['model_name']}: {self.placement.why}")
+
+    def execute(self, requests):
+        """One batch per call: every valid request's rows together; an invalid request is
+        answered INVALID_ARG and the rest still run."""
+        responses: list[Any] = [None] * len(requests)
+        sequences: list[np.ndarray] = []
+        owners: list[tuple[int, int]] = []  # (request index, number of rows)
+        for i, request in enumerate(requests):
+            try:
+                rows = decode_padded_batch(input_array(request, "INPUT_IDS"),
+                                           MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
+            except RequestError as exc:
+                responses[i] = error(str(exc), pb_utils.TritonError.INVALID_ARG)
+                continue
+            sequences.extend(rows)
+            owners.append((i, len(rows)))
+        if sequences:
+            try:
+                embeddings = self.executor.run(sequences)
+            except Exception as exc:  # one failed batch fails its requests, not the model
+                for i, _ in owners:
+                    responses[i] = error(f"inference failed: {exc}",
+                                         pb_utils.TritonError.INTERNAL)
+            else:
+                offset = 0
+                for i, n in owners:
+                    out = pb_utils.Tensor("EMBEDDING",
+                                          embeddings[offset:offset + n].astype(np.float32))
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=[out])
+                    offset += n
+        return responses
+

@@ -1,0 +1,155 @@
+"""The plugin's model-config parameters as one typed, frozen, validated object.
+
+``parameters { key: "..." value: { string_value: "..." } }`` in a ``config.pbtxt`` reach
+the model as strings. ``ModelSettings.from_parameters`` reads them once, in
+``initialize``: each key must be one this table knows (or a dotted ``section.key``
+profile override, which the profile validates), each value must fit its type, choices and
+bounds, and a refusal names the model, the key, the value and, for an unknown key, the
+nearest known one. A typo therefore refuses the load instead of silently doing nothing.
+
+This module imports no ``triton_python_backend_utils``: tests build settings without a
+server, and the adapter turns a ``SettingsError`` into Triton's load error.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+from typing import Mapping
+
+from .intake import GATHER_GRACE_US, INTAKES
+from .waker import WAKE_AFTER_US
+
+# Threads that build and send responses (threaded intakes). Each send is a round trip to
+# the server that blocks its thread (~0.45 ms here under load, measured with cProfile):
+# one thread caps the model at ~2,100 responses/s whatever the batching.
+RESPONDER_THREADS = 4
+EXECUTORS = ("minilm", "emulated")
+INNER_MODEL_CHECKS = ("repository", "off")
+SIDECAR_MODES = ("thread", "off", "file:PATH")
+# Keys the Python backend itself reads from the same parameters (python_be.cc r24.09);
+# known, and left to it.
+BACKEND_KEYS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
+# Keys whose value becomes a profile override (validated by the profile).
+PROFILE_ALIASES = {"time_scale": "emulation.time_scale", "cost_mode": "emulation.cost_mode"}
+# (low, high) inclusive bounds of the integer settings; None = unbounded on that side.
+BOUNDS: dict[str, tuple[int | None, int | None]] = {
+    "intra_op_threads": (0, 1024),
+    "responder_threads": (1, 64),
+    "gather_grace_us": (0, 10_000_000),
+    "wake_after_us": (0, 10_000_000),
+    "fault_injection_token": (0, None),
+    "loop_fault_token": (0, None),
+    "benchmark_mode_restore_max_queue_size": (0, None),
+    "max_sequence_length": (1, 1_000_000),
+}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "executor": EXECUTORS,
+    "inner_model_check": INNER_MODEL_CHECKS,
+    "intake": INTAKES,
+}
+
+
+class SettingsError(ValueError):
+    """A model-config parameter this plugin refuses; the message names model, key, value."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Every parameter the plugin reads, typed (strings left empty mean "not set")."""
+
+    executor: str = ""  # "minilm" | "emulated": the in-process executor
+    inner_model: str = ""  # a model in this repository to run batches on, through BLS
+    inner_model_check: str = "repository"  # "off": the inner model is elsewhere
+    intake: str = ""  # "" = hold behind Triton's batcher, release without one
+    hardware_profile: str = ""  # a profile name in profile_dir
+    profile_dir: str = ""  # relative to the model repository; "" = <model>/profiles
+    device: str = ""  # placement (see placement.py)
+    sidecar: str = "thread"  # "thread" | "off" | "file:PATH"
+    metrics_url: str = ""  # Triton's metrics page, for the in-process sidecar
+    intra_op_threads: int = 1  # MiniLM's torch threads
+    responder_threads: int = RESPONDER_THREADS
+    gather_grace_us: int = GATHER_GRACE_US
+    wake_after_us: int = WAKE_AFTER_US
+    sequence_input: str = ""  # tensor contract: the variable-length input ("" = INPUT_IDS)
+    pad_value: float = 0.0
+    max_sequence_length: int = 512
+    # Test hooks, off (0) unless configured: a request holding this token id fails the
+    # emulated device / the scheduler step (proves failures strand nothing).
+    fault_injection_token: int = 0
+    loop_fault_token: int = 0
+    # Written by the operator tools' benchmark mode: the queue bound it lifted, to put back
+    # when it ends. The plugin does not act on it.
+    benchmark_mode_restore_max_queue_size: int = 0
+    # Dotted ``section.key`` -> text (and the aliases above): the profile validates them.
+    profile_overrides: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_model_config(cls, model: str, config: Mapping) -> "ModelSettings":
+        """Settings from the model config Triton hands ``initialize`` (parsed JSON)."""
+        return cls.from_parameters(model, parameters_of(config))
+
+    @classmethod
+    def from_parameters(cls, model: str, params: Mapping[str, str]) -> "ModelSettings":
+        """Settings from the model config's parameters (key -> string value)."""
+        known = {f.name: f for f in fields(cls) if f.name != "profile_overrides"}
+        values: dict = {}
+        overrides: dict[str, str] = {}
+        for key, text in params.items():
+            if key in BACKEND_KEYS:
+                continue
+            if key in PROFILE_ALIASES:
+                if text:
+                    overrides[PROFILE_ALIASES[key]] = text
+                continue
+            if "." in key:
+                if text:
+                    overrides[key] = text
+                continue
+            if key not in known:
+                raise SettingsError(_unknown(model, key, text))
+            if text == "":
+                continue  # unset: the default
+            values[key] = _typed(model, key, text, type(known[key].default))
+        sidecar = values.get("sidecar", "thread")
+        if sidecar not in ("thread", "off") and not sidecar.startswith("file:"):
+            raise SettingsError(f"model '{model}': parameter 'sidecar' must be one of "
+                                f"{SIDECAR_MODES}, got {sidecar!r}")
+        return cls(**values, profile_overrides=overrides)
+
+
+KNOWN_KEYS = tuple(sorted([f.name for f in fields(ModelSettings) if f.name != "profile_overrides"]
+                          + list(PROFILE_ALIASES) + list(BACKEND_KEYS)))
+
+
+def parameters_of(config: Mapping) -> dict[str, str]:
+    """A model config's ``parameters`` as key -> string value."""
+    return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+
+
+def _unknown(model: str, key: str, text: str) -> str:
+    nearest = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.6)
+    hint = f"; nearest known key: '{nearest[0]}'" if nearest else ""
+    return (f"model '{model}': unknown parameter '{key}' (value {text!r}){hint}. Known: "
+            f"{', '.join(KNOWN_KEYS)}, or a profile key as 'section.key'")
+
+
+def _typed(model: str, key: str, text: str, kind: type):
+    """``text`` as ``kind``, inside the key's bounds and choices."""
+    if kind is str:
+        choices = CHOICES.get(key)
+        if choices and text not in choices:
+            raise SettingsError(f"model '{model}': parameter '{key}' must be one of "
+                                f"{choices}, got {text!r}")
+        return text
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SettingsError(f"model '{model}': parameter '{key}' must be "
+                            f"{'an integer' if kind is int else 'a number'}, "
+                            f"got {text!r}") from None
+    low, high = BOUNDS.get(key, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise SettingsError(f"model '{model}': parameter '{key}' must be in "
+                            f"[{low}, {'' if high is None else high}], got {value}")
+    return value

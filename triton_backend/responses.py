@@ -1,0 +1,111 @@
+"""Building, reading and sending Triton's request and response objects: the small pieces
+of ``triton_python_backend_utils`` that both model classes use."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def error(message: str, code) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
+    tensor = pb_utils.Tensor("EMBEDDING", embedding.reshape(1, -1).astype(np.float32))
+    return pb_utils.InferenceResponse(output_tensors=[tensor])
+
+
+def outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
+
+
+def built(response) -> "pb_utils.InferenceResponse":
+    """The response to send or return for one request: ``response``, or the one its
+    builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
+    call holds no answer for it)."""
+    if response is None:
+        return error("request left unanswered (a bug)", pb_utils.TritonError.INTERNAL)
+    try:
+        return response() if callable(response) else response
+    except Exception as exc:  # never leave a request without its answer
+        return error(f"could not build the response: {exc}", pb_utils.TritonError.INTERNAL)
+
+
+def send(sender, response) -> None:
+    """Send one final response; a failure (the client may be gone) is logged, not raised."""
+    try:
+        sender.send(response, flags=FINAL)
+    except Exception as exc:  # never let that kill the loop
+        pb_utils.Logger.log_warn(f"could not send a response: {exc}")
+
+
+def request_parameters(request) -> dict:
+    """The request's parameters (``sla_ms`` ...); {} when none or unreadable."""
+    text = request.parameters()
+    try:
+        return json.loads(text) if text and text != "{}" else {}
+    except ValueError:
+        return {}
+
+
+def timeout_us(request) -> int:
+    """Triton's per-request ``timeout`` in microseconds (0: none given)."""
+    try:
+        return int(request.timeout())
+    except Exception:  # an older backend without the accessor: no timeout
+        return 0
+
+
+def input_array(request, name: str) -> np.ndarray | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+def placeholder_inputs(config: dict) -> list:
+    """One batch row of each required input of ``config``, zeros (empty strings): for a
+    request that is never decoded (intake hold's wake request) and only has to pass
+    Triton's checks."""
+    batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+    tensors = []
+    for spec in config.get("input", []):
+        if spec.get("optional"):
+            continue
+        shape = batch + [1 if int(d) < 0 else int(d) for d in spec.get("dims", [])]
+        dtype = pb_utils.triton_string_to_numpy(spec["data_type"])
+        value = (np.full(shape, b"", dtype=np.object_) if dtype == np.object_
+                 else np.zeros(shape, dtype=dtype))
+        tensors.append(pb_utils.Tensor(spec["name"], value))
+    return tensors
+
+
+def check_numpy(model: str) -> None:
+    """Refuse to load, naming numpy's version and the cause, where this Python's numpy
+    would make the model serve garbage.
+
+    Triton 24.10's Python backend predates numpy 2: with numpy 2 its output tensors reach
+    the server empty or mis-sized ('output tensor shape does not match size of output',
+    measured here with numpy 2.4.6; silently empty EMBEDDINGs on a GPU host with 2.5).
+    The corruption happens where a response crosses to the server, which initialize()
+    cannot exercise - a tensor round trip inside the stub comes back intact even under
+    numpy 2 - so the version is the test; the round trip still guards the stub's own
+    tensor path."""
+    major = int(np.__version__.split(".", 1)[0])
+    if major >= 2:
+        raise pb_utils.TritonModelException(
+            f"model '{model}': numpy {np.__version__} in the server's Python: Triton "
+            "24.10's Python backend returns empty or mis-sized output tensors with numpy 2 "
+            "(it predates it); install numpy<2 in the Python that runs the backend stub "
+            "(pip install 'numpy<2')")
+    probe = np.arange(12, dtype=np.float32).reshape(3, 4)
+    back = pb_utils.Tensor("PROBE", probe).as_numpy()
+    if back.shape != probe.shape or back.dtype != probe.dtype or not (back == probe).all():
+        raise pb_utils.TritonModelException(
+            f"model '{model}': a tensor did not survive a round trip through "
+            f"triton_python_backend_utils with numpy {np.__version__} (got shape "
+            f"{list(back.shape)} {back.dtype}); the backend would serve garbage")
