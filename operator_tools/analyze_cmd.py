@@ -1,6 +1,6 @@
 """``analyze --control-feedback-lag``: how old is what the controller acts on?
 
-The design (section 3.2) names the cause of the no-man's land: from the collection of a
+The design (docs/design.md, section 3.2) names the cause of the no-man's land: from the collection of a
 metric to the action taken on it typically passes 3-5 scheduling periods, about
 100-200 ms, and a batch already sent cannot be called back. The plugin exports both
 halves of that lag on the metrics port: ``explicit_batching_observation_age_seconds`` (age

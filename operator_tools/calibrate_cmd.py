@@ -1,4 +1,4 @@
-"""``calibrate``: the design's tuning road map (section 5.2) against a live server.
+"""``calibrate``: the design's tuning road map (docs/design.md, section 5.2) against a live server.
 
 Cold start (default)
     Explicit control off (the model is reloaded with ``control.enabled=false`` through

@@ -1,5 +1,5 @@
 """``monitor --check-metric-drift``: is explicit control still doing what it did when it
-was calibrated? (the design's fire-fighting manual, section 6.2)
+was calibrated? (the design's fire-fighting manual, docs/design.md section 6.2)
 
 Watches the plugin's metrics port for a short window and compares the control effect
 now (SLA attainment per class, mean batch size, elastic window, zone distribution,

@@ -1,4 +1,4 @@
-"""The elastic time window of the design (section 4.2).
+"""The elastic time window of the design (docs/design.md, section 4.2).
 
     adjusted_window = base_window * (1 + alpha * (1 - util)^2 - beta * delay_variance)
 
