@@ -505,7 +505,7 @@ def write(results: dict, out_dir: str) -> None:
         fh.write("\n".join(lines))
 
 
-# -- the h200 block (issue 11) ---------------------------------------------------------------
+# -- the h200 block (the real-device targets) ---------------------------------------------------------------
 
 H200_GOODPUT_TARGET = 1.0  # x native at every load up to native's knee
 H200_P50_MARGIN_MS = 1.0  # at device speed (the emulation's time scale converted back)
@@ -513,7 +513,7 @@ H200_PAST_KNEE_TARGET = 1.5  # x native between 1.0x and 1.3x of native's peak
 H200_PAST_KNEE_LOADS = (1.0, 1.3)
 H200_OVERLOAD = 2.0
 PEAK_RATIO_TARGET = 1.0
-HOST_BOUND_PEAK_TARGET = 0.9  # issue 19
+HOST_BOUND_PEAK_TARGET = 0.9  # host-bound closed-loop peak vs native
 REGRESSION_GOODPUT_TOL = 0.03  # a t4/a100 row is worse below 97 % of its committed goodput
 REGRESSION_P99_TOL = 0.10  # ... or above 110 % of its committed P99
 REFUSED = "UNAVAILABLE"  # the plugin's refusals (deadline infeasible, queue full)
@@ -552,7 +552,7 @@ def run_label(run: dict) -> str:
 
 
 def h200_run_targets(run: dict, add: Callable[..., None]) -> None:
-    """Issue 11's targets for one run of the h200 block (one time scale)."""
+    """The real-device targets for one run of the h200 block (one time scale)."""
     ts = run["time_scale"]
     measure_s = run["measure_s"]
     scope = f"{run_label(run)}, time scale {ts:g}"

@@ -140,7 +140,7 @@ PEAK_WINDOW_TS = 20.0
 PEAK_EXTRA = ("--stability-percentage", "1000", "--max-trials", "4")
 PEAK_DATA_ENTRIES = 256
 
-# h200 block (issue 11): the h200_minilm EMULATION, loads as fractions of native's
+# h200 block: the h200_minilm EMULATION, loads as fractions of native's
 # closed-loop peak
 H200 = "h200_minilm"
 H200_MODE = "padded"
@@ -150,7 +150,7 @@ H200_NATIVE_MAX_BATCH = 64  # the profile's max_batch_size
 # would go beside it under its own name (scripts/intake_check.py and host_ledger.py
 # measure the other intakes).
 EXPLICIT_INTAKE = DEFAULT_INTAKE
-# The h200 block's third run (issue 19): issue 11's GPU-like flat profile - t4 re-costed
+# The h200 block's third run: the GPU-like flat profile - t4 re-costed
 # as a fixed 3.9 ms + 0.0006 ms per padded token, batches of up to 64 - at time scale 1.
 FLAT_PROFILE = "t4"
 FLAT_PARAMS = {"cost_model.fixed_ms": "3.9", "cost_model.per_sequence_ms": "0",
@@ -712,7 +712,7 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
 
 
 def run_h200_block(bench: Bench, quick: bool) -> dict:
-    """Issue 11's block: the h200_minilm EMULATION time-scaled and at time scale 1, then
+    """The h200 block: the h200_minilm EMULATION time-scaled and at time scale 1, then
     host-bound (time scale 0.01) closed-loop peaks."""
     out = {"profile": H200, "cost_mode": H200_MODE, "runs": [],
            "profile_description": profile(H200).description}

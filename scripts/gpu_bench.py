@@ -1,10 +1,15 @@
 """MiniLM on a real device: the measured cost table, and explicit control vs Triton's own
-dynamic batcher, in one bounded run (issue 11, part 5).
+dynamic batcher, in one bounded run.
 
-On a GPU host (offline; see ``shared/gpu/README.md``), from the project root, with the
-``.gpu/`` folder that ``shared/gpu/pack.sh`` writes carried along::
+On a GPU host, from the project root, given a tritonserver 2.51 and a Python with the
+``cli`` and ``minilm`` extras (numpy<2). In the NGC container (``tritonserver`` on PATH)::
 
-    bash .gpu/remote.sh python3 scripts/gpu_bench.py [--time-limit-s 480] [--out results/gpu]
+    python3 scripts/gpu_bench.py [--time-limit-s 480] [--out results/gpu]
+
+Elsewhere name the server with EXPLICIT_BATCHING_TRITONSERVER (and, if its backends are not
+beside its ``bin/``, EXPLICIT_BATCHING_BACKEND_DIR); with the ``nvidia-pytriton`` wheel
+installed (``make setup``) nothing needs naming. An offline host may instead run a packed
+copy of this project's environment, as its own tooling provides.
 
 Here, on a CPU, to check the whole path end to end before a GPU session spends its minutes::
 
@@ -16,7 +21,7 @@ is left once the server is up and the peaks are measured):
 1. **Cost table.** ``MiniLMEncoder.run`` (``triton_backend.executors``) timed on a grid of
    batch sizes x lengths with ``triton_backend.device_calibration.measure_cost_table``, on
    ``cuda:0`` when torch sees CUDA, else on the CPU. Written to ``cost_table.json`` in the
-   row form of ``shared/gpu/h200_minilm_costs.json``, with the device name (torch and
+   row form of ``results/gpu/h200_minilm_costs.json``, with the device name (torch and
    NVML), the date and the torch version.
 2. **One tritonserver** on a temporary copy of the model repository: ``minilm_explicit``
    (as shipped), ``minilm_explicit_peak`` (the same with ``control.infeasible_policy=
@@ -350,7 +355,7 @@ def closed_loop_peak(server, model: str, input_data: str, settings: Settings) ->
 
 def sanity_check(server, models: list[str]) -> dict[str, str]:
     """One request per model: a 384-float EMBEDDING back (an empty one is the numpy-2
-    failure of shared/gpu/README.md)."""
+    failure: numpy 2 under Triton 24.10's Python backend)."""
     import numpy as np
     import tritonclient.grpc as grpcclient
 

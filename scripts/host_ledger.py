@@ -47,7 +47,7 @@ SETTINGS = {  # name: (time scale, flat profile, hardware profile or "")
 # imports pb_utils, so it cannot be imported here).
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 SHIPPED_DEFAULT = DEFAULT_INTAKE  # the shipped models' intake
-# Issue 19's CPU target is read at this open-loop rate (time scale 1): the stub CPU per
+# The host-path CPU target is read at this open-loop rate (time scale 1): the stub CPU per
 # request there, explicit against native, at a load both carry.
 OPEN_LOOP_RPS = 600.0
 # Stages by the functions that enter them: cumulative CPU of their calls made from outside

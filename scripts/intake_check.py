@@ -12,7 +12,7 @@ Writes results/intake_check.md (``--out``).
         [--rates 100 200 300] [--measurement-ms 4000] [--concurrency 64]
 
 ``--time-scale 0.01`` makes the emulated device nearly free (host-bound: only the
-per-request host path counts). ``--flat`` is issue 11's GPU-like flat-cost profile: t4
+per-request host path counts). ``--flat`` is the GPU-like flat-cost profile: t4
 with cost_model fixed_ms 3.9, per_sequence_ms 0, per_token_ms 0.0006,
 per_token_squared_ms 0, padded, scheduler max_batch_size 64 and max_batch_tokens 16384;
 Triton's batcher then with max_batch_size 64.
@@ -184,7 +184,7 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="the emulated device's slow-down (0.01: nearly free, host-bound)")
     parser.add_argument("--flat", action="store_true",
-                        help="issue 11's flat-cost GPU-like profile (see the module doc)")
+                        help="the GPU-like flat-cost profile (see the module doc)")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--intakes", nargs="+", default=list(INTAKE_CONFIG),
                         choices=list(INTAKE_CONFIG))
@@ -212,7 +212,7 @@ def main() -> int:
             hand_over = [line.split("] ", 1)[-1].strip().strip('"') for line in fh
                          if "unloading; thread CPU" in line]
     rows.sort(key=lambda r: (r.rate, r.model))
-    profile = ("issue 11's flat GPU-like t4 override (fixed 3.9 ms, 0.0006 ms/token, "
+    profile = ("the flat GPU-like t4 override (fixed 3.9 ms, 0.0006 ms/token, "
                "padded, max batch 64)" if args.flat else "t4")
     command = " ".join(["scripts/intake_check.py", f"--time-scale {args.time_scale:g}",
                         *(["--flat"] if args.flat else []),

@@ -1,4 +1,4 @@
-"""Low-load check (issue 6): explicit P50 against Triton's native batcher, and that the
+"""Low-load check: explicit P50 against Triton's native batcher, and that the
 worth-its-wait rule costs nothing at higher load. Simulator only, deterministic.
 
 For each profile, cost mode (padded, ragged) and arrival process (Poisson, bursty) it runs
@@ -46,7 +46,7 @@ BURST_FACTOR = 8.0  # burst rate / quiet rate
 MEAN_QUIET_S, MEAN_BURST_S = 1.0, 0.25
 # The largest weight the profile allows: waiting for the window always pays ("before").
 ALWAYS_WAIT = BOUNDS["wait_ms_per_saved_device_ms"][1]
-TARGET_MS = 1.0  # issue 6: explicit P50 at most this far above the best native setting
+TARGET_MS = 1.0  # explicit P50 at most this far above the best native setting
 
 
 def _profile(name: str, cost_mode: str):

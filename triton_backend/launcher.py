@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,16 +25,35 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
 
 
-def tritonserver_paths() -> tuple[str, str]:
-    """(tritonserver binary, backend directory) inside the installed nvidia-pytriton wheel."""
-    import pytriton
+# A tritonserver other than the nvidia-pytriton wheel's (the NGC container's
+# /opt/tritonserver/bin/tritonserver, say): its path, and its backends folder (default:
+# ``backends`` beside its ``bin``).
+TRITONSERVER_ENV = "EXPLICIT_BATCHING_TRITONSERVER"
+BACKEND_DIR_ENV = "EXPLICIT_BATCHING_BACKEND_DIR"
 
-    root = os.path.join(os.path.dirname(pytriton.__file__), "tritonserver")
-    binary = os.path.join(root, "bin", "tritonserver")
-    backends = os.path.join(root, "backends")
+
+def tritonserver_paths() -> tuple[str, str]:
+    """(tritonserver binary, backend directory): EXPLICIT_BATCHING_TRITONSERVER when set,
+    else the one inside the installed nvidia-pytriton wheel, else ``tritonserver`` on
+    PATH (the NGC container)."""
+    binary = os.environ.get(TRITONSERVER_ENV, "")
+    if not binary:
+        try:
+            import pytriton
+        except ImportError:
+            binary = shutil.which("tritonserver") or ""
+            if not binary:
+                raise RuntimeError("no tritonserver: run 'make setup', or set "
+                                   f"{TRITONSERVER_ENV} to the binary") from None
+        else:
+            root = os.path.join(os.path.dirname(pytriton.__file__), "tritonserver")
+            binary = os.path.join(root, "bin", "tritonserver")
+    backends = os.environ.get(BACKEND_DIR_ENV) or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(binary))), "backends")
     stub = os.path.join(backends, "python", "triton_python_backend_stub")
     if not os.path.exists(stub):
-        raise RuntimeError(f"the Python backend stub is missing at {stub}: run 'make setup'")
+        raise RuntimeError(f"the Python backend stub is missing at {stub}: run 'make setup' "
+                           f"(or set {BACKEND_DIR_ENV})")
     return binary, backends
 
 

@@ -1,4 +1,4 @@
-"""The h200 block's verdicts (issue 11's "Done when") and the comparison of the t4/a100 rows
+"""The h200 block's verdicts (the real-device targets) and the comparison of the t4/a100 rows
 with the last committed report: pure functions of what ``scripts/bench.py`` measured."""
 
 import math

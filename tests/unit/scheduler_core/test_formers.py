@@ -149,7 +149,7 @@ def _one_batch_ms(cost: CostModelConfig) -> float:
 def test_on_a_launch_bound_formula_padding_alone_does_not_split_the_batch():
     """A GPU-like flat cost (3.9 ms a batch, 0.0006 ms a padded token): these lengths pad
     far past max_padding_waste, yet a batch per length would pay 3.9 ms each. The flush
-    runs them together (the issue measured ~4 batches a call, and a closed-loop peak at
+    runs them together (we measured ~4 batches a call, and a closed-loop peak at
     0.6 of native's, before the split had to pay)."""
     flat = CostModelConfig(fixed_ms=3.9, per_sequence_ms=0.0, per_token_ms=0.0006,
                            per_token_squared_ms=0.0)

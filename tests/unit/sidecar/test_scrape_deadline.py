@@ -16,7 +16,7 @@ from sidecar.sampler import (DOWN_AFTER_FAILURES, HEALTH_DEGRADED, HEALTH_DOWN, 
                              HEALTH_VALUE, Sidecar)
 from sidecar.triton_metrics import ScrapeTimeout, fetch_url
 
-DRIP_S = 0.2  # the endpoint: one byte every 0.2 s
+DRIP_S = 0.2  # a hostile endpoint: one byte every 0.2 s
 
 
 HANG_GUARD_S = 30.0
