@@ -30,11 +30,10 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import click
-import yaml
 
 from scheduler_core.perception import coefficient_of_variation
 from scheduler_core.profile import ControlConfig, HardwareProfile, ProfileError
@@ -46,6 +45,7 @@ from .benchmark_mode import RECIPE as BENCHMARK_MODE, SERVED_LATE_NOTE
 from .live import LoadRefused, LoadRun, PluginSnapshot, Series
 from .measure import default_metrics_url
 from .perf_analyzer import failure_reason, load_sweep
+from .profile_editor import write_profile
 
 # From the package when installed as a wheel, else the checkout (operator_tools.resources).
 DEFAULT_REPOSITORY = resources.model_templates_dir()
@@ -295,98 +295,7 @@ def zone_of(rate: float, calibration: Calibration) -> str:
     return "safe"
 
 
-# -- profile files -----------------------------------------------------------------------
-
-_TOP_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(round(value, 6))
-    if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+( [\w.+-]+)*", value):
-        return json.dumps(value)  # a YAML double-quoted scalar
-    return str(value)
-
-
-def edit_profile_text(text: str, changes: Mapping[str, Mapping[str, Any]], name: str | None = None,
-                      comment: str | None = None) -> str:
-    """``text`` (a profile YAML) with some ``section.key`` values replaced or added and,
-    optionally, a new ``name``; every other line, comments included, stays as it was.
-    ``comment`` goes on a line of its own above each edited section. The result is checked
-    to parse to exactly the intended mapping."""
-    lines = text.splitlines()
-    expected = yaml.safe_load(text) or {}
-    if name is not None:
-        for i, line in enumerate(lines):
-            if _TOP_KEY.match(line) and _TOP_KEY.match(line).group(1) == "name":
-                lines[i] = f"name: {name}"
-                break
-        else:
-            lines.insert(0, f"name: {name}")
-        expected["name"] = name
-    for section, values in changes.items():
-        start = next((i for i, line in enumerate(lines)
-                      if _TOP_KEY.match(line) and _TOP_KEY.match(line).group(1) == section), None)
-        if start is None:
-            if lines and lines[-1].strip():
-                lines.append("")
-            if comment:
-                lines.append(f"# {comment}")
-            lines.append(f"{section}:")
-            lines.extend(f"  {k}: {_format(v)}" for k, v in values.items())
-        else:
-            if lines[start].split(":", 1)[1].split("#", 1)[0].strip():
-                raise ProfileError(f"section '{section}' is written inline; cannot edit it")
-            end = next((i for i in range(start + 1, len(lines))
-                        if lines[i].strip() and not lines[i].lstrip().startswith("#")
-                        and not lines[i][0].isspace()), len(lines))
-            indent = next((re.match(r"\s*", lines[i]).group(0) for i in range(start + 1, end)
-                           if lines[i].strip() and not lines[i].lstrip().startswith("#")), "  ")
-            missing = []
-            for key, value in values.items():
-                pattern = re.compile(rf"^({re.escape(indent)}{re.escape(key)}\s*:\s*)([^#]*?)(\s*#.*)?$")
-                for i in range(start + 1, end):
-                    m = pattern.match(lines[i])
-                    if m:
-                        lines[i] = f"{m.group(1)}{_format(value)}{m.group(3) or ''}"
-                        break
-                else:
-                    missing.append(f"{indent}{key}: {_format(value)}")
-            # New keys go at the end of the section, before any trailing blank lines.
-            insert_at = end
-            while insert_at - 1 > start and not lines[insert_at - 1].strip():
-                insert_at -= 1
-            lines[insert_at:insert_at] = missing
-            if comment:
-                lines.insert(start, f"# {comment}")
-        expected[section] = {**(expected.get(section) or {}), **values}
-    out = "\n".join(lines) + "\n"
-    if yaml.safe_load(out) != expected:
-        raise ProfileError("editing the profile text did not give the intended values "
-                           "(unusual YAML layout): edit it by hand")
-    return out
-
-
-def write_profile(base_path: str, out_path: str, changes: Mapping[str, Mapping[str, Any]],
-                  comment: str | None = None, rename: bool = True) -> HardwareProfile:
-    """Write ``base_path`` with ``changes`` to ``out_path`` (its ``name`` set to the file's
-    stem when ``rename``), validated by ``load_profile`` before it replaces anything."""
-    with open(base_path, encoding="utf-8") as fh:
-        text = fh.read()
-    stem = os.path.splitext(os.path.basename(out_path))[0]
-    new_text = edit_profile_text(text, changes, name=stem if rename else None, comment=comment)
-    directory = os.path.dirname(os.path.abspath(out_path))
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        candidate = os.path.join(tmp, os.path.basename(out_path))
-        with open(candidate, "w", encoding="utf-8") as fh:
-            fh.write(new_text)
-        profile = load_profile(candidate)  # raises ProfileError naming the bad key
-        os.replace(candidate, out_path)
-    return replace(profile, source=out_path)
-
+# -- profile files ---------------------------------------------------------------------
 
 def reset_parameters(path: str) -> tuple[dict[str, float], HardwareProfile]:
     """Rewrite the profile at ``path`` in place with the design's conservative start
@@ -518,7 +427,7 @@ def _command_line(ctx: click.Context) -> str:
     """The invocation as an equivalent command line (options given on the command line)."""
     import shlex  # noqa: PLC0415
 
-    parts = ["explicit-batching", ctx.info_name or "calibrate"]
+    parts = ["explicit-batching", "calibrate", ctx.info_name or "cold-start"]
     for param in ctx.command.params:
         source = ctx.get_parameter_source(param.name)
         if source is None or source.name != "COMMANDLINE":
@@ -572,98 +481,173 @@ def _resolve_sla_scale(text: str, time_scale: float) -> float:
 
 # -- the command -------------------------------------------------------------------------
 
-@click.command(name="calibrate")
-@click.option("--url", help="Triton HTTP endpoint HOST:PORT of the running server.")
-@click.option("--model", default="emulated_explicit", show_default=True,
-              help="The explicit-control model to calibrate.")
-@click.option("--metrics-url", help="Triton metrics page [default: http://HOST:PORT+2/metrics].")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False),
-              help="Calibrated profile YAML to write (its name becomes the profile name).")
-@click.option("--rates", help="Offered loads in requests/s, comma separated "
-              "[default: perf_analyzer_configs/sweeps/request_rate.yaml when present].")
-@click.option("--sweep", "sweep_file", type=click.Path(exists=True, dir_okay=False),
-              help="Request-rate sweep YAML (keys: perf_analyzer_configs/README.md).")
-@click.option("--measurement-ms", type=click.IntRange(200, 60_000), default=None,
-              help="Length of each perf_analyzer measurement window (three per run) [1000, "
-                   "or the sweep's run_duration_s].")
-@click.option("--request-distribution", type=click.Choice(["poisson", "constant"]), default=None,
-              help="Arrival process of each run [poisson, or the sweep's].")
-@click.option("--input-data", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="perf_analyzer --input-data file [perf_analyzer_configs/mixed_sla.json].")
-@click.option("--sla-scale", default="auto", show_default=True,
-              help="Multiply the input's SLA_MS by this ('auto': the emulated device's time scale).")
-@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
-@click.option("--base-profile", type=click.Path(exists=True, dir_okay=False),
-              help="Profile to start from [default: the one the model runs, from its profiles folder].")
-@click.option("--model-repository", type=click.Path(file_okay=False), default=DEFAULT_REPOSITORY,
-              show_default=True, help="Where the model's profiles folder is (to find the base profile).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Load-latency curve PNG [default: load_latency.png beside --out].")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False),
-              help="Markdown report [default: calibrate.md beside --out].")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
-              help="Control-effect baseline JSON for monitor [default: baseline.json beside --out].")
-@click.option("--baseline-rate", type=float, default=None,
-              help="Offered load of the baseline run [default: the highest rate below the danger zone].")
-@click.option("--no-baseline", is_flag=True, help="Skip the baseline run.")
+# Every option of the four subcommands, by name; each subcommand takes the ones it lists.
+_OPTIONS = {
+    "url": click.option("--url", required=True,
+                        help="Triton HTTP endpoint HOST:PORT of the running server."),
+    "model": click.option("--model", default="emulated_explicit", show_default=True,
+                          help="The explicit-control model to calibrate."),
+    "metrics_url": click.option("--metrics-url",
+                                help="Triton metrics page [default: http://HOST:PORT+2/metrics]."),
+    "out_path": click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True,
+                             help="Profile YAML to write (its name becomes the profile name)."),
+    "rates": click.option("--rates", help="Offered loads in requests/s, comma separated "
+                          "[default: perf_analyzer_configs/sweeps/request_rate.yaml when present]."),
+    "sweep_file": click.option("--sweep", "sweep_file",
+                               type=click.Path(exists=True, dir_okay=False),
+                               help="Request-rate sweep YAML (keys: perf_analyzer_configs/README.md)."),
+    "measurement_ms": click.option(
+        "--measurement-ms", type=click.IntRange(200, 60_000), default=None,
+        help="Length of each perf_analyzer measurement window (three per run) [1000, or the "
+             "sweep's run_duration_s]."),
+    "request_distribution": click.option(
+        "--request-distribution", type=click.Choice(["poisson", "constant"]), default=None,
+        help="Arrival process of each run [poisson, or the sweep's]."),
+    "input_data": click.option(
+        "--input-data", type=click.Path(exists=True, dir_okay=False), default=None,
+        help="perf_analyzer --input-data file [perf_analyzer_configs/mixed_sla.json]."),
+    "sla_scale": click.option(
+        "--sla-scale", default="auto", show_default=True,
+        help="Multiply the input's SLA_MS by this ('auto': the emulated device's time scale)."),
+    "protocol": click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http",
+                             show_default=True),
+    "base_profile": click.option(
+        "--base-profile", type=click.Path(exists=True, dir_okay=False),
+        help="Profile to start from [default: the one the model runs, from its profiles folder]."),
+    "model_repository": click.option(
+        "--model-repository", type=click.Path(file_okay=False), default=DEFAULT_REPOSITORY,
+        show_default=True, help="Where the model's profiles folder is (to find the base profile)."),
+    "plot_path": click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+                              help="Load-latency curve PNG [default: load_latency.png beside --out]."),
+    "report_path": click.option("--report", "report_path", type=click.Path(dir_okay=False),
+                                help="Markdown report [default: calibrate.md beside --out]."),
+    "baseline_path": click.option(
+        "--baseline", "baseline_path", type=click.Path(dir_okay=False),
+        help="Control-effect baseline JSON for monitor [default: baseline.json beside --out]."),
+    "baseline_rate": click.option(
+        "--baseline-rate", type=float, default=None,
+        help="Offered load of the baseline run [default: the highest rate below the danger zone]."),
+    "no_baseline": click.option("--no-baseline", is_flag=True, help="Skip the baseline run."),
+    "step_rate": click.option("--step-rate", type=float, default=None,
+                              help="Offered load of each run [default: the first of --rates]."),
+    "step_size": click.option("--step-size", type=click.FloatRange(0.01, 0.3), default=0.1,
+                              show_default=True,
+                              help="Step of alpha and beta (0.1: the design's 10% steps)."),
+    "max_steps": click.option("--max-steps", type=click.IntRange(1, 1000), default=None,
+                              help="At most this many runs (settings)."),
+    "infeasible_policy": click.option(
+        "--infeasible-policy", type=click.Choice(["serve_late", "as-configured"]),
+        default="serve_late", show_default=True,
+        help="serve_late reloads each setting with control.infeasible_policy=serve_late "
+             "(perf_analyzer stops at the first refused request); as-configured leaves the "
+             "model's policy."),
+    "profile_path": click.option("--profile", "profile_path", required=True,
+                                 type=click.Path(exists=True, dir_okay=False),
+                                 help="The profile to rewrite in place."),
+    "table_json": click.option(
+        "--table-json", type=click.Path(exists=True, dir_okay=False), default=None,
+        help="A measured cost table (JSON rows of batch/length/ms, as scripts/gpu_bench.py "
+             "writes). No server needed."),
+    "measure_table": click.option(
+        "--measure", "measure_table", is_flag=True,
+        help="Measure the cost table of the real MiniLM executor on this host (--device)."),
+    "table_device": click.option("--device", "table_device", default="cpu", show_default=True,
+                                 help="--measure: torch device (cpu, cuda:0)."),
+    "table_budget_s": click.option("--budget-s", "table_budget_s",
+                                   type=click.FloatRange(0.1, 600), default=10.0,
+                                   show_default=True, help="--measure: wall-clock budget."),
+}
+_SWEEP = ("url", "model", "metrics_url", "rates", "sweep_file", "measurement_ms",
+          "request_distribution", "input_data", "sla_scale", "protocol", "base_profile",
+          "model_repository")
+# What a subcommand does not take reads as not given (the helpers read one opts mapping).
+_UNSET = {"reset_parameters": None, "profile_path": None, "step": False, "step_rate": None,
+          "step_size": 0.1, "max_steps": None, "infeasible_policy": "serve_late",
+          "table_json": None, "measure_table": False, "table_device": "cpu",
+          "table_budget_s": 10.0, "out_path": None, "plot_path": None, "report_path": None,
+          "baseline_path": None, "baseline_rate": None, "no_baseline": False}
+
+
+def _options(*names: str):
+    def decorate(f):
+        for name in reversed(names):
+            f = _OPTIONS[name](f)
+        return f
+    return decorate
+
+
+@click.group(name="calibrate", invoke_without_command=True)
 @click.option("--reset-parameters", type=click.Choice(["baseline"]), default=None,
-              help="Rewrite --profile with the design's conservative alpha=0.2, beta=0.1.")
+              help="The design's spelling of `calibrate reset`: rewrite --profile with "
+                   "alpha=0.2, beta=0.1.")
 @click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False),
-              help="The profile --reset-parameters rewrites in place.")
-@click.option("--step", is_flag=True,
-              help="Walk scheduler.alpha (0.2..0.5) then beta (0.1..0.3) on the live model.")
-@click.option("--step-rate", type=float, default=None,
-              help="Offered load of each --step run [default: the first of --rates].")
-@click.option("--step-size", type=click.FloatRange(0.01, 0.3), default=0.1, show_default=True,
-              help="Step of alpha and beta (0.1: the design's 10% steps).")
-@click.option("--max-steps", type=click.IntRange(1, 1000), default=None,
-              help="At most this many --step runs (settings).")
-@click.option("--infeasible-policy", type=click.Choice(["serve_late", "as-configured"]),
-              default="serve_late", show_default=True,
-              help="--step runs: serve_late reloads each setting with control.infeasible_policy="
-                   "serve_late (perf_analyzer stops at the first refused request); "
-                   "as-configured leaves the model's policy.")
-@click.option("--table-json", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Write this measured cost table (JSON rows of batch/length/ms, as "
-                   "scripts/gpu_bench.py writes) into --base-profile as cost_model.table, "
-                   "saved to --out. No server needed.")
-@click.option("--measure-table", is_flag=True,
-              help="Measure the cost table of the real MiniLM executor on this host "
-                   "(--device) and write it into --base-profile, saved to --out.")
-@click.option("--device", "table_device", default="cpu", show_default=True,
-              help="--measure-table: torch device (cpu, cuda:0).")
-@click.option("--budget-s", "table_budget_s", type=click.FloatRange(0.1, 600), default=10.0,
-              show_default=True, help="--measure-table: wall-clock budget.")
+              help="With --reset-parameters: the profile to rewrite in place.")
 @click.pass_context
-def command(ctx: click.Context, **opts) -> None:
-    """Cold-start calibration (explicit control off, request-rate sweep, zone boundaries,
-    hardware profile), --reset-parameters baseline, --step (alpha/beta walk), or a
-    measured cost table into a profile (--table-json / --measure-table)."""
+def command(ctx: click.Context, reset_parameters: str | None, profile_path: str | None) -> None:
+    """The design's tuning road map: cold-start (explicit control off, request-rate sweep,
+    zone boundaries, a hardware profile), step (alpha/beta walk on the live model), reset
+    (the conservative start) and table (a measured cost table into a profile)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if reset_parameters:
+        if not profile_path:
+            raise click.UsageError("--reset-parameters baseline needs --profile PATH")
+        _reset({"profile_path": profile_path})
+        return
+    click.echo(ctx.get_help())
+
+
+@command.command(name="cold-start")
+@_options(*_SWEEP, "out_path", "plot_path", "report_path", "baseline_path", "baseline_rate",
+          "no_baseline")
+@click.pass_context
+def cold_start(ctx: click.Context, **given) -> None:
+    """Explicit control off, a request-rate sweep, the zone boundaries it finds, written
+    into a validated profile (and a baseline for monitor)."""
+    opts = {**_UNSET, **given}
     deps = ctx.find_object(CalibrateDeps) or CalibrateDeps()
-    if opts["reset_parameters"]:
-        _reset(opts)
-        return
-    if opts["table_json"] or opts["measure_table"]:
-        _write_table(opts)
-        return
-    if not opts["url"]:
-        raise click.UsageError("--url is required (the server to calibrate against)")
     metrics_url = opts["metrics_url"] or default_metrics_url(opts["url"])
-    settings = _sweep_settings(opts)
-    if opts["step"]:
-        _step(ctx, deps, opts, metrics_url, settings)
-        return
-    if not opts["out_path"]:
-        raise click.UsageError("--out PROFILE.yaml is required for the cold-start calibration")
-    _cold_start(ctx, deps, opts, metrics_url, settings)
+    _cold_start(ctx, deps, opts, metrics_url, _sweep_settings(opts))
+
+
+@command.command(name="step")
+@_options(*_SWEEP, "step_rate", "step_size", "max_steps", "infeasible_policy")
+@click.pass_context
+def step(ctx: click.Context, **given) -> None:
+    """Walk scheduler.alpha (0.2..0.5), then beta (0.1..0.3), on the live model: one reload
+    and one perf_analyzer run per setting; goodput and P99 of each, and the best."""
+    opts = {**_UNSET, **given, "step": True}
+    deps = ctx.find_object(CalibrateDeps) or CalibrateDeps()
+    metrics_url = opts["metrics_url"] or default_metrics_url(opts["url"])
+    _step(ctx, deps, opts, metrics_url, _sweep_settings(opts))
+
+
+@command.command(name="reset")
+@_options("profile_path")
+def reset(profile_path: str) -> None:
+    """Rewrite --profile in place with the design's conservative start (alpha=0.2,
+    beta=0.1), validated."""
+    _reset({"profile_path": profile_path})
+
+
+@command.command(name="table")
+@_options("base_profile", "out_path", "table_json", "measure_table", "table_device",
+          "table_budget_s")
+def table(**given) -> None:
+    """A measured cost table (--table-json FILE, or --measure on this host) written into
+    --base-profile as cost_model.table, saved to --out."""
+    opts = {**_UNSET, **given}
+    if bool(opts["table_json"]) == bool(opts["measure_table"]):
+        raise click.UsageError("give exactly one of --table-json FILE and --measure")
+    _write_table(opts)
 
 
 def _write_table(opts: Mapping[str, Any]) -> None:
-    """--table-json / --measure-table: a measured cost table into a profile."""
+    """calibrate table: a measured cost table into a profile."""
     from .cost_table_io import measure_minilm_table, read_table_json, write_table_profile
 
-    if not (opts["base_profile"] and opts["out_path"]):
-        raise click.UsageError("--table-json / --measure-table need --base-profile and --out")
+    if not opts["base_profile"]:
+        raise click.UsageError("calibrate table needs --base-profile")
     try:
         if opts["table_json"]:
             rows, source = read_table_json(opts["table_json"])
@@ -679,8 +663,6 @@ def _write_table(opts: Mapping[str, Any]) -> None:
 
 
 def _reset(opts: Mapping[str, Any]) -> None:
-    if not opts["profile_path"]:
-        raise click.UsageError("--reset-parameters baseline needs --profile PATH")
     try:
         before, profile = reset_parameters(opts["profile_path"])
     except ProfileError as exc:
@@ -1019,7 +1001,7 @@ def _step_walk(deps: CalibrateDeps, opts, metrics_url: str, settings, control, o
     best: StepResult | None = None
     with tempfile.TemporaryDirectory() as tmp:
         input_data = live.scaled_input_data(settings["input_data"], sla_scale, tmp)
-        bar = _progress(deps, range(budget), "calibrate --step")
+        bar = _progress(deps, range(budget), "calibrate step")
         steps = iter(bar)
         try:
             for alpha, beta in plan:  # alpha first, beta at the conservative start

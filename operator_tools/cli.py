@@ -1,7 +1,7 @@
 """``explicit-batching``: the operator's command line (the design's tuning road map and
 fire-fighting manual).
 
-    explicit-batching calibrate ...        cold-start calibration from a perf_analyzer sweep
+    explicit-batching calibrate ...        cold-start, step, reset, table: the tuning road map
     explicit-batching monitor --check-metric-drift ...
     explicit-batching analyze --control-feedback-lag ...
     explicit-batching compare ...          explicit vs native, same load, one run

@@ -1,7 +1,7 @@
 """Measured cost tables in and out of hardware profiles (``explicit-batching calibrate
---table-json`` / ``--measure-table``).
+table --table-json`` / ``calibrate table --measure``).
 
-A table file is the JSON that ``scripts/gpu_bench.py``, ``--measure-table`` and
+A table file is the JSON that ``scripts/gpu_bench.py``, ``calibrate table --measure`` and
 ``../shared/gpu/h200_minilm_costs.json`` write: ``{"rows": [{"batch", "length", "ms"}],
 "device": ..., "date": ...}``. Writing it into a profile sets ``cost_model.table`` (the
 scheduler's seed, refit online) and ``cost_model.table_source``; every other line of the
@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 
 from scheduler_core.profile import HardwareProfile, ProfileError
 from scheduler_core.profile_limits import MAX_TABLE_SOURCE_CHARS
+
+from .profile_editor import write_profile
 
 Row = tuple[int, int, float]
 
@@ -49,8 +51,6 @@ def write_table_profile(base_path: str, out_path: str, rows: Sequence[Row], sour
                         comment: str | None = None) -> HardwareProfile:
     """``base_path`` with ``cost_model.table`` = ``rows`` written to ``out_path`` (validated;
     its name becomes the file's stem unless it is the base itself)."""
-    from .calibrate_cmd import write_profile  # noqa: PLC0415 - the one profile editor
-
     table = [[int(b), int(n), round(float(ms), 4)] for b, n, ms in rows]
     return write_profile(base_path, out_path,
                          {"cost_model": {"table_source": source[:MAX_TABLE_SOURCE_CHARS],

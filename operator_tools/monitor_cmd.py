@@ -38,7 +38,7 @@ REMEDIES = {
 }
 NEXT_STEPS = ("Then, as in the design's diagnosis: `explicit-batching analyze --control-feedback-lag`"
               " and, if the parameters wandered, `explicit-batching calibrate --reset-parameters "
-              "baseline --profile PROFILE` followed by `calibrate --step`.")
+              "baseline --profile PROFILE` followed by `calibrate step`.")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ import os
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import click
 import numpy as np
-import yaml
 
 from scheduler_core import workload as W
 from scheduler_core import baselines
@@ -43,6 +42,7 @@ from scheduler_core.simulator import SimResult, capacity_rps, device_ms, simulat
 
 from . import resources
 from . import report
+from .profile_editor import write_profile as edit_profile_file
 from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                             load_workload_spec, parse_float_list, parse_params)
 
@@ -229,24 +229,6 @@ def tune_table(results: Sequence[TuneResult], top: int) -> str:
     return "\n".join(lines)
 
 
-def write_profile_file(profile: HardwareProfile, path: str, header: str) -> HardwareProfile:
-    """Write ``profile`` as a profile file named after ``path`` (the loader requires the
-    name to match the file name) and read it back through the validating loader."""
-    stem = os.path.splitext(os.path.basename(path))[0]
-    doc = asdict(profile)
-    del doc["source"]
-    doc["name"] = stem
-    # Empty: a tuned copy beside its original must not win NVML auto-selection; pick it
-    # by name (model parameter hardware_profile, or EXPLICIT_BATCHING_PROFILE).
-    doc["device_match"] = []
-    text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
-    text += yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return load_profile(path)
-
-
 # -- the command's steps ------------------------------------------------------------------------
 
 def _check_options(request_intervals, input_data, write_profile, do_tune, baselines
@@ -367,16 +349,16 @@ def _tune_section(prof: HardwareProfile, scale: float, arrivals, native, alphas,
         "",
     ]
     if write_profile:
-        out += _write_tuned_profile(prof, scale, best, own, best_profile, write_profile)
+        out += _write_tuned_profile(prof, scale, best, own, write_profile)
     row = report.from_sim(run_policy("explicit", best_profile, scale, arrivals, native),
                           "explicit (tuned)")
     return out, row
 
 
 def _write_tuned_profile(prof: HardwareProfile, scale: float, best, own,
-                         best_profile: HardwareProfile, write_profile: str) -> list[str]:
-    """Write ``best_profile`` to ``write_profile`` with a header that says how it was
-    tuned; the report's line about it."""
+                         write_profile: str) -> list[str]:
+    """Write ``prof`` with the best setting to ``write_profile``, with a header that says
+    how it was tuned; the report's line about it."""
     header = (f"Profile {prof.name} with the elastic window tuned by\n"
               f"  {report.command_line(click.get_current_context())}\n"
               f"alpha {best.alpha:g}, beta {best.beta:g}, base_window_ms "
@@ -387,8 +369,14 @@ def _write_tuned_profile(prof: HardwareProfile, scale: float, best, own,
               f"Everything else is {prof.source} as it was, except device_match:\n"
               f"empty, so select this profile by name (model parameter "
               f"hardware_profile or EXPLICIT_BATCHING_PROFILE).")
+    # The profile's own file with the three keys changed: its comments kept, validated
+    # before it is written. device_match empty: a tuned copy beside its original must not
+    # win NVML auto-selection; pick it by name.
     try:
-        written = write_profile_file(best_profile, write_profile, header)
+        written = edit_profile_file(prof.source, write_profile,
+                                    {"scheduler": {"alpha": best.alpha, "beta": best.beta,
+                                                   "base_window_ms": best.base_window_ms}},
+                                    top_level={"device_match": []}, header=header)
     except (OSError, ProfileError) as exc:
         raise click.ClickException(f"--write-profile: {exc}") from None
     return [f"Wrote the best setting to `{write_profile}` (profile `{written.name}`).", ""]

@@ -60,7 +60,7 @@ drip-feeding        (``drip``) ``drip_explicit``'s sidecar scrapes a local endpo
                     starting; lost 0.
 stub SIGSTOP 5 s    (``stall``) on a server of its own, 4 req/s for 14 s with a 10 s client
                     timeout; the stub is stopped at 3 s for 5 s (default settings). PASS if
-                    the server survives; if it aborts (Triton 2.51 does, see README "Stub
+                    the server survives; if it aborts (Triton 2.51 does, see docs/reliability.md "Stub
                     crashes and stalls": no setting prevents it) the verdict is "documented",
                     and the clients' errors count as errors. lost 0 either way; the stubs
                     found at the start are killed by PID if the abort orphaned them, and the
@@ -865,7 +865,7 @@ def _http_ready(server: TritonServer, model: str) -> bool:
 # reloading it does not help): that server waits its whole exit timeout at shutdown. So
 # the kill cases run on servers of their own, and their stop rows say so.
 KILLED_STUB_STOP = ("Triton 2.51 counts a version whose stub died inside execute() as live "
-                    "until exit, so this server waits its exit timeout (README, Stub crashes "
+                    "until exit, so this server waits its exit timeout (docs/reliability.md, Stub crashes "
                     "and stalls)")
 OWN_SERVER_EXIT_TIMEOUT_S = 5
 
@@ -922,7 +922,7 @@ HOSTILE_RELOADS = (  # (label, config parameters, expected in the refusal)
 # refused first load does not do it). So the hostile reloads run on a server of their own,
 # with a short exit timeout, and its stop row says so.
 REFUSED_RELOAD_STOP = ("Triton 2.51 counts a refused reload's version as live until exit, "
-                       "so this server waits its exit timeout (README, Stub crashes and "
+                       "so this server waits its exit timeout (docs/reliability.md, Stub crashes and "
                        "stalls)")
 
 
@@ -1174,7 +1174,7 @@ def case_drip(ctx: Context) -> CaseResult:
 
 def case_stall(ctx: Context) -> CaseResult:
     """SIGSTOP of a stub for STALL_FOR_S under light load, on a server of its own (Triton
-    2.51 aborts when a stub with work stalls > ~1 s: README, "Stub crashes and stalls")."""
+    2.51 aborts when a stub with work stalls > ~1 s: docs/reliability.md, "Stub crashes and stalls")."""
     name = f"stub SIGSTOP {STALL_FOR_S:g} s"
     if ctx.quick:
         return CaseResult(name, None, skipped="skipped in --quick (a server of its own)")
@@ -1224,7 +1224,7 @@ def case_stall(ctx: Context) -> CaseResult:
         notes.append(f"own server; {STALL_RATE_RPS:g} req/s for {STALL_RUN_S:g} s; SIGSTOP of "
                      f"stub {stub} at {events.get('stop', math.nan):.1f} s, SIGCONT at "
                      f"{events.get('cont', math.nan):.1f} s; default settings (no setting "
-                     f"prevents the abort: README)")
+                     f"prevents the abort: docs/reliability.md)")
         if result.errors_by_code:
             for code in result.errors_by_code:
                 notes.append(f"{code} e.g. {(result.messages(code, 1) or [''])[0][:100]!r}")
@@ -1236,7 +1236,7 @@ def case_stall(ctx: Context) -> CaseResult:
         case.healthy = health_after(server, STALL)
         if died:
             rc = server.process.returncode
-            case.documented = "documented (README: Stub crashes and stalls)"
+            case.documented = "documented (docs/reliability.md: Stub crashes and stalls)"
             notes.append(f"tritonserver aborted (exit {rc}"
                          + (f", signal {-rc}" if rc < 0 else "") + ")")
             with open(log, errors="replace") as fh:
@@ -1446,7 +1446,7 @@ def bounds_legend() -> str:
         f"the repository, the old version still answering. *drip-feeding metrics endpoint*: "
         f"`explicit_batching_sidecar_health` < 1 within {DRIP_HEALTH_BOUND_S:g} s of the drip "
         f"starting. *stub SIGSTOP*: PASS when the server survives; \"documented\" when it "
-        f"aborts (README, \"Stub crashes and stalls\"). *healthy afterwards*: the server "
+        f"aborts (docs/reliability.md, \"Stub crashes and stalls\"). *healthy afterwards*: the server "
         f"ready and the case's model answering one inference (a failure when not, except in "
         f"comparison rows and documented aborts). "
         f"Latency = response time - actual send time; send lag = actual - scheduled send "

@@ -55,7 +55,7 @@ def measure_profile_grid(profile: HardwareProfile, run: Callable, budget_s: floa
                          ) -> tuple[CalibrationResult, list[int], list[int]]:
     """Time ``run`` over the profile's grid (its batch and token limits, and
     ``calibration.max_sequence_length``) within ``budget_s``: (result, batch sizes,
-    lengths). The model at load and ``explicit-batching calibrate --measure-table`` both
+    lengths). The model at load and ``explicit-batching calibrate table --measure`` both
     measure through here."""
     sched = profile.scheduler
     batch_sizes, lengths = calibration_grid(sched.max_batch_size,

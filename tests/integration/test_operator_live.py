@@ -64,15 +64,15 @@ def test_calibrate_writes_a_profile_the_model_loads_then_monitor_and_analyze(exp
     before = parameters(server)
     out = tmp_path / "calibration" / "t4_live.yaml"
     output = run(calibrate_cmd.command, [
-        "--url", server.http_url, "--metrics-url", server.metrics_url, "--model", MODEL,
-        "--model-repository", repo, "--out", str(out), "--rates", "10,40,75",
+        "cold-start", "--url", server.http_url, "--metrics-url", server.metrics_url,
+        "--model", MODEL, "--model-repository", repo, "--out", str(out), "--rates", "10,40,75",
         "--measurement-ms", "1000"])
 
     # Control was off for the sweep and is back as it was.
     assert "explicit control OFF during the sweep" in output
     assert parameters(server) == before and "control.enabled" not in before
     report = (out.parent / "calibrate.md").read_text()
-    assert report.startswith("```\n$ explicit-batching calibrate --url")
+    assert report.startswith("```\n$ explicit-batching calibrate cold-start --url")
     assert "EMULATED device" in report and f"time scale {TIME_SCALE}" in report
     rows = [line for line in report.splitlines() if line.startswith(("| 10 |", "| 40 |", "| 75 |"))]
     assert len(rows) == 3 and not any("failed" in r for r in rows)
@@ -138,8 +138,8 @@ def test_step_reloads_each_setting_and_restores_the_config(explicit_server):
     server, _ = explicit_server
     before = parameters(server)
     output = run(calibrate_cmd.command, [
-        "--url", server.http_url, "--metrics-url", server.metrics_url, "--model", MODEL,
-        "--step", "--step-rate", "30", "--max-steps", "2", "--measurement-ms", "700"])
+        "step", "--url", server.http_url, "--metrics-url", server.metrics_url, "--model", MODEL,
+        "--step-rate", "30", "--max-steps", "2", "--measurement-ms", "700"])
     assert "| 0.2 | 0.1 |" in output and "| 0.3 | 0.1 |" in output
     assert "best: alpha=" in output
     assert parameters(server) == before

@@ -222,30 +222,6 @@ def test_written_profile_keeps_comments_changes_only_the_thresholds_and_loads(tm
     assert text.count("\n#") - original.count("\n#") <= 1  # one added comment line at most
 
 
-def test_existing_control_section_is_edited_in_place_with_inline_comments(tmp_path):
-    base = tmp_path / "edge.yaml"
-    base.write_text(open(T4).read().replace("name: t4", "name: edge")
-                    + "control:\n  enabled: true\n  queue_depth_safe: 5.0  # design table\n\n"
-                      "  # weights\n  weight_p99_cv: 0.2\n")
-    out = tmp_path / "edge2.yaml"
-    cal.write_profile(str(base), str(out), {"control": {"queue_depth_safe": 3.0,
-                                                        "p99_cv_danger": 0.45}})
-    text = out.read_text()
-    assert "  queue_depth_safe: 3.0  # design table" in text
-    assert "  # weights" in text
-    loaded = load_profile(str(out))
-    assert loaded.control.queue_depth_safe == 3.0 and loaded.control.p99_cv_danger == 0.45
-    assert loaded.control.weight_p99_cv == 0.2 and loaded.name == "edge2"
-
-
-def test_an_invalid_profile_is_never_written(tmp_path):
-    out = tmp_path / "bad.yaml"
-    with pytest.raises(ProfileError, match="utilization_safe"):
-        cal.write_profile(T4, str(out), {"control": {"utilization_safe": 0.9,
-                                                     "utilization_danger": 0.5}})
-    assert not out.exists()
-
-
 def test_reset_parameters_baseline_rewrites_alpha_and_beta_in_place(tmp_path):
     path = tmp_path / "t4.yaml"
     path.write_text(open(T4).read().replace("alpha: 0.2", "alpha: 0.45")
@@ -262,6 +238,24 @@ def test_reset_parameters_baseline_rewrites_alpha_and_beta_in_place(tmp_path):
 def test_reset_parameters_needs_a_profile():
     result = CliRunner().invoke(cal.command, ["--reset-parameters", "baseline"])
     assert result.exit_code == 2 and "--profile" in result.output
+    result = CliRunner().invoke(cal.command, ["reset"])
+    assert result.exit_code == 2 and "--profile" in result.output
+
+
+def test_reset_is_the_same_as_the_designs_spelling(tmp_path):
+    path = tmp_path / "t4.yaml"
+    path.write_text(open(T4).read().replace("alpha: 0.2", "alpha: 0.45"))
+    result = CliRunner().invoke(cal.command, ["reset", "--profile", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "alpha 0.45 -> 0.2" in result.output
+    assert open(T4).read() == path.read_text()
+
+
+def test_calibrate_alone_lists_its_four_commands():
+    result = CliRunner().invoke(cal.command, [])
+    assert result.exit_code == 0
+    for name in ("cold-start", "step", "reset", "table"):
+        assert name in result.output
 
 
 def test_sweep_file_gives_rates_window_and_input_and_options_override(tmp_path):
@@ -385,7 +379,8 @@ def invoke(server, args):
 def test_cold_start_sweeps_with_control_off_writes_everything_and_restores(tmp_path, repo):
     server = FakeServer()
     out = tmp_path / "out" / "t4_calibrated.yaml"
-    result = invoke(server, ["--url", "localhost:8000", "--metrics-url", "http://x/metrics",
+    result = invoke(server, ["cold-start", "--url", "localhost:8000",
+                             "--metrics-url", "http://x/metrics",
                              "--model-repository", str(repo), "--out", str(out),
                              "--rates", "10,20,30,40,50,60"])
     assert result.exit_code == 0, result.output
@@ -402,7 +397,8 @@ def test_cold_start_sweeps_with_control_off_writes_everything_and_restores(tmp_p
     png = (out.parent / "load_latency.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     report = (out.parent / "calibrate.md").read_text()
-    assert report.splitlines()[1].startswith("$ explicit-batching calibrate --url localhost:8000")
+    assert report.splitlines()[1].startswith(
+        "$ explicit-batching calibrate cold-start --url localhost:8000")
     assert "EMULATED device" in report and "time scale 10" in report
     assert "explicit control OFF" in report and "restored" in report
     assert "| 30 | 30.0 |" in report and "no-mans-land" in report
@@ -418,7 +414,7 @@ def test_refused_load_measures_as_is_and_says_so(tmp_path, repo):
     server = FakeServer(refuse_load=True)
     out = tmp_path / "p.yaml"
     result = CliRunner().invoke(cal.command, [
-        "--url", "localhost:8000", "--model-repository", str(repo), "--out", str(out),
+        "cold-start", "--url", "localhost:8000", "--model-repository", str(repo), "--out", str(out),
         "--rates", "10,30,60", "--no-baseline"], obj=server.deps())
     assert result.exit_code == 0, result.output
     assert "refused to reload" in result.output and "--model-control-mode=explicit" in result.output
@@ -430,7 +426,7 @@ def test_refused_load_measures_as_is_and_says_so(tmp_path, repo):
 def test_a_failed_rate_is_reported_and_the_rest_still_calibrate(tmp_path, repo):
     server = FakeServer(fail_rates={50})
     out = tmp_path / "p.yaml"
-    result = invoke(server, ["--url", "localhost:8000", "--model-repository", str(repo),
+    result = invoke(server, ["cold-start", "--url", "localhost:8000", "--model-repository", str(repo),
                              "--out", str(out), "--rates", "10,20,30,40,50,60", "--no-baseline"])
     assert result.exit_code == 0
     assert "| 50 | failed: deadline infeasible |" in result.output
@@ -440,14 +436,14 @@ def test_a_failed_rate_is_reported_and_the_rest_still_calibrate(tmp_path, repo):
 def test_base_profile_unknown_is_an_error(tmp_path):
     server = FakeServer()
     result = CliRunner().invoke(cal.command, [
-        "--url", "localhost:8000", "--model-repository", str(tmp_path / "nowhere"),
+        "cold-start", "--url", "localhost:8000", "--model-repository", str(tmp_path / "nowhere"),
         "--out", str(tmp_path / "p.yaml"), "--rates", "10"], obj=server.deps())
     assert result.exit_code == 1 and "--base-profile" in result.output
 
 
 def test_step_walks_alpha_then_beta_reloading_each_setting(tmp_path):
     server = FakeServer()
-    result = invoke(server, ["--url", "localhost:8000", "--step", "--rates", "30"])
+    result = invoke(server, ["step", "--url", "localhost:8000", "--rates", "30"])
     assert result.exit_code == 0, result.output
     settings = [(c["parameters"]["scheduler.alpha"]["string_value"],
                  c["parameters"]["scheduler.beta"]["string_value"])
@@ -461,7 +457,7 @@ def test_step_walks_alpha_then_beta_reloading_each_setting(tmp_path):
 
 def test_step_is_bounded_by_max_steps(tmp_path):
     server = FakeServer()
-    result = invoke(server, ["--url", "localhost:8000", "--step", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
                              "--max-steps", "2"])
     assert result.exit_code == 0
     assert len(server.runs) == 2
@@ -470,7 +466,7 @@ def test_step_is_bounded_by_max_steps(tmp_path):
 
 def test_step_without_explicit_model_control_fails_clearly():
     server = FakeServer(refuse_load=True)
-    result = CliRunner().invoke(cal.command, ["--url", "localhost:8000", "--step", "--rates", "30"],
+    result = CliRunner().invoke(cal.command, ["step", "--url", "localhost:8000", "--rates", "30"],
                                 obj=server.deps())
     assert result.exit_code == 1 and "--model-control-mode=explicit" in result.output
 
@@ -478,16 +474,18 @@ def test_step_without_explicit_model_control_fails_clearly():
 def test_sweep_needs_rates_and_out(tmp_path, monkeypatch):
     monkeypatch.setattr(cal, "DEFAULT_SWEEP", str(tmp_path / "absent.yaml"))
     server = FakeServer()
-    result = CliRunner().invoke(cal.command, ["--url", "h:1", "--out", str(tmp_path / "p.yaml")],
+    result = CliRunner().invoke(cal.command, ["cold-start", "--url", "h:1",
+                                              "--out", str(tmp_path / "p.yaml")],
                                 obj=server.deps())
     assert result.exit_code == 2 and "--rates" in result.output
-    result = CliRunner().invoke(cal.command, ["--url", "h:1", "--rates", "10"], obj=server.deps())
+    result = CliRunner().invoke(cal.command, ["cold-start", "--url", "h:1", "--rates", "10"],
+                                obj=server.deps())
     assert result.exit_code == 2 and "--out" in result.output
 
 
 def test_step_reloads_each_setting_in_benchmark_mode_and_says_so():
     server = FakeServer()
-    result = invoke(server, ["--url", "localhost:8000", "--step", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
                              "--max-steps", "2"])
     assert result.exit_code == 0, result.output
     stepped = [c["parameters"] for c in server.loads if "scheduler.alpha" in c["parameters"]]
@@ -498,7 +496,7 @@ def test_step_reloads_each_setting_in_benchmark_mode_and_says_so():
 
 def test_step_as_configured_leaves_the_policy():
     server = FakeServer()
-    result = invoke(server, ["--url", "localhost:8000", "--step", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
                              "--max-steps", "1", "--infeasible-policy", "as-configured"])
     assert result.exit_code == 0, result.output
     assert all("control.infeasible_policy" not in c["parameters"] for c in server.loads)

@@ -1,4 +1,4 @@
-"""``explicit-batching calibrate --table-json``: a measured table into a profile."""
+"""``explicit-batching calibrate table --table-json``: a measured table into a profile."""
 
 import json
 import os
@@ -26,7 +26,7 @@ def test_table_json_is_written_into_the_profile_and_the_rest_kept(tmp_path):
            "rows": [{"batch": b, "length": n, "ms": 3.9 + b * n / 2000} for b in (1, 64)
                     for n in (16, 512)]}
     out = tmp_path / "h200_measured.yaml"
-    result = CliRunner().invoke(main, ["calibrate", "--table-json", _table(tmp_path, doc),
+    result = CliRunner().invoke(main, ["calibrate", "table", "--table-json", _table(tmp_path, doc),
                                        "--base-profile", BASE, "--out", str(out)])
     assert result.exit_code == 0, result.output
     profile, base = load_profile(str(out)), load_profile(BASE)
@@ -40,7 +40,7 @@ def test_table_json_is_written_into_the_profile_and_the_rest_kept(tmp_path):
 
 def test_a_bad_table_is_refused_naming_the_cell(tmp_path):
     path = _table(tmp_path, {"rows": [{"batch": 1, "length": 16, "ms": -2}]})
-    result = CliRunner().invoke(main, ["calibrate", "--table-json", path, "--base-profile",
+    result = CliRunner().invoke(main, ["calibrate", "table", "--table-json", path, "--base-profile",
                                        BASE, "--out", str(tmp_path / "x.yaml")])
     assert result.exit_code != 0
     assert "cost_model.table[0].ms" in result.output
