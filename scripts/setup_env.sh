@@ -26,6 +26,13 @@ fi
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import pytriton, tritonclient, torch, transformers, yaml" \
   || { echo "setup: the pip install above failed" >&2; exit 1; }
+# The checkout on the venv's path: the development-only packages (benchmarks/, which the
+# wheel does not ship) import from it, so scripts/ need no sys.path edits.
+.venv/bin/python - <<'PYEOF'
+import os, site
+with open(os.path.join(site.getsitepackages()[0], "explicit_batching_checkout.pth"), "w") as fh:
+    fh.write(os.getcwd() + "\n")
+PYEOF
 
 # perf_analyzer 2.51 links against libb64.so.0d (Debian package libb64-0d).
 if ! ldconfig -p | grep -q 'libb64.so.0d'; then

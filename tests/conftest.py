@@ -21,22 +21,16 @@ BLS_MODELS = {
 
 
 def _add_bls_model(repo: str, name: str, template: str, inner: str) -> None:
-    os.makedirs(os.path.join(repo, name, "1"))
-    shutil.copy(os.path.join(repo, template, "1", "model.py"), os.path.join(repo, name, "1"))
-    with open(os.path.join(repo, template, "config.pbtxt")) as fh:
-        config = fh.read().replace(f'name: "{template}"', f'name: "{name}"')
+    from benchmarks.repository import copy_model
+
     # Always wait for the elastic window (the largest weight the profile allows) and batch
     # FIFO in the safe zone: the worth-its-wait rule would send a 64-request burst on an
     # idle, fast device in many small batches, length-aware batching would split its mixed
     # lengths, and the BLS test checks that batches reach the inner model.
-    config += (f'parameters {{ key: "inner_model" value: {{ string_value: "{inner}" }} }}\n'
-               f'parameters {{ key: "profile_dir" value: {{ string_value: "{template}/profiles" }} }}\n'
-               f'parameters {{ key: "scheduler.wait_ms_per_saved_device_ms" '
-               f'value: {{ string_value: "1000000" }} }}\n'
-               f'parameters {{ key: "control.safe_zone_batching" '
-               f'value: {{ string_value: "fifo" }} }}\n')
-    with open(os.path.join(repo, name, "config.pbtxt"), "w") as fh:
-        fh.write(config)
+    copy_model(template, repo, name, source=repo,
+               params={"inner_model": inner, "profile_dir": f"{template}/profiles",
+                       "scheduler.wait_ms_per_saved_device_ms": "1000000",
+                       "control.safe_zone_batching": "fifo"})
 
 
 @pytest.fixture(scope="session")

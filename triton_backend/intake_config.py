@@ -6,7 +6,7 @@ server's stub never imports this module (its Python need not have ``tritonclient
 
 from __future__ import annotations
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 HOLD_MAX_HAND_OVER = 128  # requests Triton hands over in one execute() call
@@ -95,6 +95,14 @@ def gather_config(config: str, max_hand_over: int = GATHER_MAX_HAND_OVER,
     model = _batcher_in_front(config, max_hand_over, priority_levels)
     model.dynamic_batching.ClearField("default_queue_policy")
     return render(_with_intake(model, "gather"), config)
+
+
+def gather_config_json(config: dict, max_hand_over: int = GATHER_MAX_HAND_OVER) -> dict:
+    """``config`` in Triton's JSON form (what its model-config and model-load APIs carry)
+    switched to ``intake: gather``, as ``gather_config`` switches a ``config.pbtxt``."""
+    model = json_format.ParseDict(config, mc.ModelConfig(), ignore_unknown_fields=True)
+    switched = parse(gather_config(text_format.MessageToString(model), max_hand_over))
+    return json_format.MessageToDict(switched, preserving_proto_field_name=True)
 
 
 def release_config(config: str) -> str:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 from triton_backend.supervisor import StubSupervisor
@@ -192,6 +193,30 @@ class TritonServer:
         with socket.socket() as probe:
             probe.settimeout(0.5)
             return probe.connect_ex(("127.0.0.1", self.metrics_port)) == 0
+
+    def load_model(self, model: str, config: str | None = None,
+                   timeout_s: float = 300.0) -> float:
+        """Load (or reload) ``model`` through Triton's repository API (the server must run
+        with --model-control-mode=explicit), with ``config`` (JSON text) when given; the
+        seconds it took. Raises with Triton's refusal when it refuses."""
+        body = {} if config is None else {"parameters": {"config": config}}
+        started = time.monotonic()
+        self._repository(f"models/{model}/load", body, timeout_s)
+        return time.monotonic() - started
+
+    def unload_model(self, model: str, timeout_s: float = 60.0) -> None:
+        """Unload ``model`` (Triton returns once the unload has begun)."""
+        self._repository(f"models/{model}/unload", {}, timeout_s)
+
+    def _repository(self, path: str, body: dict, timeout_s: float) -> None:
+        req = urllib.request.Request(
+            f"http://{self.http_url}/v2/repository/{path}", data=json.dumps(body).encode(),
+            method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{path}: {exc.read().decode(errors='replace')}") from None
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         if self.process is None:

@@ -6,17 +6,15 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 
 import pytest
 
+from benchmarks import make_perf_inputs
 from operator_tools import perf_analyzer as pa
 from operator_tools.records import exported_record
 from scheduler_core import workload as W
 
 CONFIGS = pa.CONFIGS_DIR
-sys.path.insert(0, os.path.join(os.path.dirname(CONFIGS), "scripts"))
-import make_perf_inputs  # noqa: E402
 
 
 def _files() -> list[str]:

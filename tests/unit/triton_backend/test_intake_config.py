@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 
 import pytest
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.conftest import SHIPPED_REPOSITORY
 from triton_backend.intake import DEFAULT_INTAKE, INTAKES
-from triton_backend.intake_config import (HOLD_MAX_QUEUE_SIZE, gather_config, hold_config,
-                                          intake_of, parse, release_config)
+from triton_backend.intake_config import (HOLD_MAX_QUEUE_SIZE, gather_config,
+                                          gather_config_json, hold_config, intake_of, parse,
+                                          release_config)
 
 SHIPPED_EXPLICIT = ("emulated_explicit", "minilm_explicit")
 
@@ -95,3 +97,14 @@ def test_every_mode_keeps_the_rest_of_the_config_and_its_leading_comments():
 def test_text_that_is_not_a_model_config_is_refused():
     with pytest.raises(Exception, match="max_batch_sise"):
         hold_config('name: "x"\nmax_batch_sise: 4\n')
+
+
+def test_the_json_form_switches_to_gather_as_the_text_form_does():
+    text = _shipped()
+    # Triton's JSON form: proto field names, int64 as strings, enums by name.
+    as_triton_serves_it = json_format.MessageToDict(parse(text),
+                                                    preserving_proto_field_name=True)
+    switched = gather_config_json(as_triton_serves_it)
+    assert json_format.ParseDict(switched, mc.ModelConfig()) == parse(gather_config(text))
+    assert switched["parameters"]["intake"] == {"string_value": "gather"}
+    assert "default_queue_policy" not in switched["dynamic_batching"]

@@ -1,6 +1,6 @@
 """``make bench``: the figures of one benchmark segment, and the choices made from them.
 
-Pure functions over what a segment measured (``operator_tools.loadgen.LoadResult``
+Pure functions over what a segment measured (``benchmarks.loadgen.LoadResult``
 records, per-second busy fractions, CPU seconds) or what the simulator predicted, so the
 report's arithmetic is unit-tested without a server. ``scripts/bench.py`` runs the
 segments and writes the report.
@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 
 from scheduler_core.stats import percentile
 
-from .records import OK
+from operator_tools.records import OK
 
 KNEE_ATTAINMENT = 0.99
 

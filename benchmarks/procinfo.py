@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from triton_backend.supervisor import STUB_BINARY, stub_pids
+
 
 def _proc_status(pid: int) -> dict[str, str]:
     out = {}
@@ -66,21 +68,18 @@ def _start_ticks(pid: int) -> int:
         return -1
 
 
-def find_stub(server_pid: int, repo: str, model: str) -> int | None:
-    """The Python-backend stub of ``model``: a child of our server whose command line
-    names the model's folder in our repository (other servers may run on this machine).
-    Right after a reload the old stub may still be exiting: the newest one wins."""
-    needle = os.path.join(repo, model, "").encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        if needle in cmdline and model.encode() in cmdline:
-            if _proc_status(int(entry)).get("PPid") == str(server_pid):
-                found.append((_start_ticks(int(entry)), int(entry)))
-    return max(found)[1] if found else None
+def find_stub(server_pid: int, model: str) -> int | None:
+    """The Python-backend stub of ``model`` under our server (``supervisor.stub_pids``:
+    other servers may run on this machine). Right after a reload the old stub may still be
+    exiting: the newest one wins."""
+    pids = stub_pids(server_pid, model)
+    return max(pids, key=_start_ticks) if pids else None
+
+
+def is_stub(pid: int) -> bool:
+    """Whether ``pid`` is (still) a Python-backend stub."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].endswith(STUB_BINARY)
+    except OSError:
+        return False

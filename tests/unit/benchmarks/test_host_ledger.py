@@ -1,28 +1,24 @@
-"""scripts/host_ledger.py without a server: the stage split of a profile, the thread
+"""benchmarks/host_ledger.py without a server: the stage split of a profile, the thread
 account read from an unload log line, and the repository it builds."""
 
 from __future__ import annotations
 
 import cProfile
-import importlib.util
 import os
-import sys
 import time
 
 import pytest
+
+from triton_backend.intake_config import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture(scope="module")
 def hl():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    spec = importlib.util.spec_from_file_location("host_ledger",
-                                                  os.path.join(ROOT, "scripts", "host_ledger.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["host_ledger"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import host_ledger
+
+    return host_ledger
 
 
 def _spin(seconds: float) -> None:
@@ -74,6 +70,9 @@ def test_thread_account_reads_the_unload_line(hl, tmp_path):
 def test_repository_holds_native_and_every_intake_on_the_profile(hl, tmp_path):
     names = hl.build_repository(str(tmp_path), 1.0, False, "h200_minilm")
     assert names == ["explicit_gather", "explicit_release", "explicit_hold", "emulated_native"]
-    native = (tmp_path / "emulated_native" / "config.pbtxt").read_text()
-    assert "max_batch_size: 64" in native and '"h200_minilm"' in native
-    assert '"h200_minilm"' in (tmp_path / "explicit_hold" / "config.pbtxt").read_text()
+    native = parse((tmp_path / "emulated_native" / "config.pbtxt").read_text())
+    assert native.max_batch_size == 64
+    assert native.parameters["hardware_profile"].string_value == "h200_minilm"
+    hold = parse((tmp_path / "explicit_hold" / "config.pbtxt").read_text())
+    assert hold.parameters["hardware_profile"].string_value == "h200_minilm"
+    assert hold.parameters["intake"].string_value == "hold" and hold.name == "explicit_hold"

@@ -1,26 +1,22 @@
-"""scripts/gpu_bench.py without a server or a GPU: the time plan, the model repository it
+"""benchmarks/gpu_bench.py without a server or a GPU: the time plan, the model repository it
 builds, and the report of a finished run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
-import sys
 
 import pytest
+
+from triton_backend.intake_config import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture(scope="module")
 def gb():
-    spec = importlib.util.spec_from_file_location("gpu_bench",
-                                                  os.path.join(ROOT, "scripts", "gpu_bench.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bench"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import gpu_bench
+
+    return gpu_bench
 
 
 def test_segment_length_fits_the_time_left(gb):
@@ -45,33 +41,40 @@ def test_native_past_its_peak_costs_its_backlog(gb):
     assert gb.segment_cost_factor(0.5, native=True) == 1.0
 
 
+def _config(folder):
+    return parse((folder / "config.pbtxt").read_text())
+
+
+def _params(config) -> dict[str, str]:
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
 def test_repository_on_a_gpu_host(gb, tmp_path):
     models = gb.build_repository(str(tmp_path), (0, 1000, 5000), "cuda:0", {"k.x": "1"})
     assert models == ["minilm_explicit", "minilm_explicit_peak", "minilm_native_d0",
                       "minilm_native_d1000", "minilm_native_d5000"]
     for m in models:
-        text = (tmp_path / m / "config.pbtxt").read_text()
-        assert f'name: "{m}"' in text
-        assert 'key: "device" value: { string_value: "cuda:0" }' in text
+        config = _config(tmp_path / m)
+        assert config.name == m
+        assert _params(config)["device"] == "cuda:0"
         assert not (tmp_path / m / "1" / "__pycache__").exists()
-    peak = (tmp_path / "minilm_explicit_peak" / "config.pbtxt").read_text()
-    assert 'key: "control.infeasible_policy" value: { string_value: "serve_late" }' in peak
-    assert 'key: "k.x"' in peak
-    assert "serve_late" not in (tmp_path / "minilm_explicit" / "config.pbtxt").read_text()
+    peak = _params(_config(tmp_path / "minilm_explicit_peak"))
+    assert peak["control.infeasible_policy"] == "serve_late" and peak["k.x"] == "1"
+    assert "control.infeasible_policy" not in _params(_config(tmp_path / "minilm_explicit"))
     assert (tmp_path / "minilm_explicit_peak" / "profiles" / "h200.yaml").exists()
-    native = (tmp_path / "minilm_native_d1000" / "config.pbtxt").read_text()
-    assert re.search(r"^max_batch_size: 64$", native, re.M)
-    assert "max_queue_delay_microseconds: 1000" in native
+    native = _config(tmp_path / "minilm_native_d1000")
+    assert native.max_batch_size == 64
+    assert native.dynamic_batching.max_queue_delay_microseconds == 1000
 
 
 def test_repository_on_a_cpu_has_no_device_parameter(gb, tmp_path):
     gb.build_repository(str(tmp_path), (0,), None, {})
     for m in ("minilm_explicit", "minilm_native_d0"):
-        assert 'key: "device"' not in (tmp_path / m / "config.pbtxt").read_text()
+        assert "device" not in _params(_config(tmp_path / m))
 
 
 def test_report_names_the_source(gb):
-    from operator_tools.benchmark import SegmentStats
+    from benchmarks.benchmark import SegmentStats
 
     def stats(good):
         return SegmentStats("native", "measured", 2.0, 10, 10, good, {"UNAVAILABLE": 1}, 0,

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from operator_tools import bench_report as R
-from operator_tools import benchmark as B
-from operator_tools.loadgen import LoadResult
+from benchmarks import bench_report as R
+from benchmarks import benchmark as B
+from benchmarks.loadgen import LoadResult
 from operator_tools.records import timed_record
 from scheduler_core import baselines
 from scheduler_core import workload as W

@@ -525,6 +525,7 @@ def _stat(s: Any, key: str) -> Any:
 
 
 def refusals(s: Any) -> int:
+    """Requests the plugin refused (UNAVAILABLE); other server errors are not counted."""
     return int((_stat(s, "errors") or {}).get(REFUSED, 0))
 
 

@@ -1,4 +1,4 @@
-"""operator_tools/loadgen.py against an in-process fake gRPC inference service (no Triton):
+"""benchmarks/loadgen.py against an in-process fake gRPC inference service (no Triton):
 schedules, outcomes by gRPC status code, LOST after the drain wait, aggregates."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from operator_tools.loadgen import (Arrival, LoadGenerator, LoadResult, check_local_url,
+from benchmarks.loadgen import (Arrival, LoadGenerator, LoadResult, check_local_url,
                                     concat_phases, fixed_rate)
 from operator_tools.records import LOST, OK, timed_record
 from scheduler_core.stats import percentile

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from operator_tools import bench_report as R
-from operator_tools import benchmark as B
+from benchmarks import bench_report as R
+from benchmarks import benchmark as B
 
 MEASURE_S = 2.0
 

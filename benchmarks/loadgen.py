@@ -40,7 +40,7 @@ import numpy as np
 
 from scheduler_core.stats import percentile
 
-from .records import (CLIENT_TIMEOUT, LOST, OK, SEND_FAILED, RequestRecord, answer_latency_ms,
+from operator_tools.records import (CLIENT_TIMEOUT, LOST, OK, SEND_FAILED, RequestRecord, answer_latency_ms,
                       timed_record)
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
