@@ -43,14 +43,13 @@ from .load_calibration import calibrate_at_load
 from .model_loading import (LoadRefused, check_inner_model, choose_intake, inner_contract,
                             instance_placement, is_embedding_contract, load_profile,
                             make_executor, queue_prefetches)
-from .model_settings import ModelSettings, SettingsError
+from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
 from .request_decoding import RequestError, decode_request
 from .responder import Responder
 from .tensor_contract import decode_generic
 from .responses import (built, check_numpy, error, input_array, placeholder_inputs,
                         request_parameters, send, timeout_us)
 
-SHUTDOWN_DRAIN_S = 20.0  # below Triton's default --exit-timeout-secs of 30
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
 # model profiles its execute() calls, its scheduler thread and its responder thread
 # (cProfile, on each thread's CPU clock) and writes <folder>/<model>.<execute|loop|respond>

@@ -24,6 +24,10 @@ from .waker import WAKE_AFTER_US
 # the server that blocks its thread (~0.45 ms here under load, measured with cProfile):
 # one thread caps the model at ~2,100 responses/s whatever the batching.
 RESPONDER_THREADS = 4
+# At unload, finalize() waits at most this long for the scheduler thread to serve what is
+# queued, and as long for the responders: below Triton's default --exit-timeout-secs of 30
+# (a deployment's grace period must cover it: deploy/kubernetes/deployment.yaml).
+SHUTDOWN_DRAIN_S = 20.0
 EXECUTORS = ("minilm", "emulated")
 INNER_MODEL_CHECKS = ("repository", "off")
 SIDECAR_MODES = ("thread", "off", "file:PATH")

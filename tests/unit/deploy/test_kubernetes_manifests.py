@@ -1,0 +1,104 @@
+"""deploy/kubernetes/ validated offline: every built-in kind against Kubernetes 1.30's
+schemas (kubernetes-validate, strict: no unknown field), the PodMonitor's shape, and the
+references between the manifests (selectors, named ports, the autoscaler's metric and the
+series it comes from, a grace period that covers the drain)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from triton_backend.metric_catalog import GAUGES, PREFIX
+from triton_backend.model_settings import SHUTDOWN_DRAIN_S
+
+KUBERNETES_VERSION = "1.30.0"
+MANIFESTS = os.path.join(REPO_ROOT, "deploy", "kubernetes")
+NAME = {"app.kubernetes.io/name": "triton-explicit"}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "PodMonitor")}
+
+
+def _documents() -> dict[str, dict]:
+    docs = {}
+    for path in sorted(glob.glob(os.path.join(MANIFESTS, "*.yaml"))):
+        with open(path) as fh:
+            for doc in yaml.safe_load_all(fh):
+                docs[doc["kind"]] = doc
+    return docs
+
+
+DOCS = _documents()
+
+
+def test_every_piece_is_there():
+    assert set(DOCS) == {"Deployment", "Service", "PodMonitor", "ConfigMap",
+                         "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+
+
+@pytest.mark.parametrize("kind", sorted(k for k, d in DOCS.items()
+                                        if (d["apiVersion"], k) not in CUSTOM_KINDS))
+def test_built_in_kinds_validate_strictly(kind):
+    kubernetes_validate.validate(DOCS[kind], KUBERNETES_VERSION, strict=True)
+
+
+def test_a_misspelt_field_is_caught():
+    broken = yaml.safe_load(yaml.safe_dump(DOCS["Deployment"]))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = \
+        broken["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def _pod() -> dict:
+    return DOCS["Deployment"]["spec"]["template"]
+
+
+def _container() -> dict:
+    (container,) = _pod()["spec"]["containers"]
+    return container
+
+
+def test_selectors_name_the_pods():
+    assert _pod()["metadata"]["labels"] == NAME
+    assert DOCS["Deployment"]["spec"]["selector"]["matchLabels"] == NAME
+    assert DOCS["Service"]["spec"]["selector"] == NAME
+    assert DOCS["PodMonitor"]["spec"]["selector"]["matchLabels"] == NAME
+    assert DOCS["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == NAME
+    target = DOCS["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", DOCS["Deployment"]["metadata"]["name"])
+
+
+def test_probes_and_ports_are_tritons():
+    ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert _container()["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready",
+                                                         "port": "http"}
+    assert _container()["livenessProbe"]["httpGet"] == {"path": "/v2/health/live",
+                                                        "port": "http"}
+    assert {p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]} == set(ports)
+    (endpoint,) = DOCS["PodMonitor"]["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+
+
+def test_the_grace_period_covers_the_pre_stop_the_drain_and_tritons_exit_timeout():
+    exit_timeout = next(int(a.split("=", 1)[1]) for a in _container()["args"]
+                        if a.startswith("--exit-timeout-secs="))
+    pre_stop = int(_container()["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert SHUTDOWN_DRAIN_S <= exit_timeout
+    assert _pod()["spec"]["terminationGracePeriodSeconds"] >= pre_stop + exit_timeout
+
+
+def test_the_autoscaler_reads_the_metric_the_adapter_makes_from_a_plugin_gauge():
+    (metric,) = DOCS["HorizontalPodAutoscaler"]["spec"]["metrics"]
+    rules = yaml.safe_load(DOCS["ConfigMap"]["data"]["config.yaml"])["rules"]
+    (rule,) = rules
+    assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
+    series = re.match(r"(\w+)\{", rule["seriesQuery"]).group(1)
+    assert series.startswith(PREFIX) and series[len(PREFIX):] in GAUGES
+    assert "<<.Series>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
+    assert metric["pods"]["target"]["type"] == "AverageValue"
