@@ -42,8 +42,11 @@ from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES,
 
 
 class ControlMetrics:
-    def __init__(self, model: str, profile: str, profile_reason: str):
-        labels = {"model": model}
+    def __init__(self, model: str, profile: str, profile_reason: str, instance: str = ""):
+        # model_instance: Triton's instance name (``<model>_<group>_<index>``): with
+        # instance_group count N each instance is its own stub, queue and controller, and
+        # publishes its own series (Prometheus keeps ``instance`` for the scrape target).
+        labels = {"model": model, "model_instance": instance or model}
         self._families = []  # keep every family alive (see the module docstring)
 
         def family(name, description, kind):

@@ -114,7 +114,8 @@ class ExplicitModel:
             choose_intake(self.config, settings, self.model_name), lock, self._cond,
             grace_s=settings.gather_grace_us / 1e6,
             default_sla_ms=self.profile.scheduler.default_sla_ms)
-        self.metrics = ControlMetrics(self.model_name, self.profile.name, why)
+        self.metrics = ControlMetrics(self.model_name, self.profile.name, why,
+                                      args.get("model_instance_name", ""))
         self._profile_dir = os.environ.get(CPROFILE_ENV) or None
         self._profilers = {}
         if self._profile_dir:

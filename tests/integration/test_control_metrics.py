@@ -25,8 +25,8 @@ def scrape(server) -> dict[tuple[str, tuple], float]:
 
 
 def value(samples, name, **labels) -> float:
-    want = tuple(sorted({"model": MODEL, **labels}.items()))
-    return samples.get((name, want), 0.0)
+    """The model's one series of ``name`` with ``labels`` (one instance: one series)."""
+    return total(samples, name, **labels)
 
 
 def total(samples, name, model=MODEL, **labels) -> float:
@@ -132,5 +132,5 @@ def test_minilm_profile_chosen_without_nvml(server):
     samples = scrape(server)
     reasons = [dict(lab) for (n, lab), v in samples.items()
                if n == PREFIX + "profile_info" and dict(lab)["model"] == "minilm_explicit"]
-    assert reasons == [{"model": "minilm_explicit", "profile": "cpu",
-                        "reason": "no NVML device: default"}]
+    assert reasons == [{"model": "minilm_explicit", "model_instance": "minilm_explicit_0_0",
+                        "profile": "cpu", "reason": "no NVML device: default"}]

@@ -64,3 +64,15 @@ def test_an_unloaded_model_is_left_alone(tmp_path):
     sup.check()
     shutil.rmtree(tmp_path / "11")
     assert sup.check() == [] and sup.reloaded == []
+
+
+def test_one_of_two_instances_dying_is_a_crash_of_the_model(tmp_path):
+    import shutil
+
+    _stub(tmp_path, 11, 10, "m")  # instance_group count 2: two stubs of one model
+    _stub(tmp_path, 12, 10, "m")
+    sup = _Sup(str(tmp_path))
+    assert sup.check() == []
+    assert stub_pids(10, "m", str(tmp_path)) == {11, 12}
+    shutil.rmtree(tmp_path / "12")
+    assert sup.check() == ["m"] and sup.reloaded == [("m", {12})]
