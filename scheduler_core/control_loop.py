@@ -20,6 +20,7 @@ Pure and clock-injected like the rest of the core: every method takes ``now_s``.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -80,7 +81,10 @@ class QueueView(Protocol):
 class ControlLoop:
     """Perception windows, zone detector, elastic window, clocks and compensation."""
 
-    def __init__(self, cfg: SchedulerConfig, control: ControlConfig, start_s: float = 0.0):
+    def __init__(self, cfg: SchedulerConfig, control: ControlConfig, start_s: float = 0.0,
+                 seed: int = 0):
+        """``seed``: this controller's draw of jittered decision periods (give each of
+        several controllers on one load its own, e.g. its instance index)."""
         self.cfg = cfg
         self.control = control
         self.window = ElasticWindow.from_config(cfg)
@@ -96,9 +100,12 @@ class ControlLoop:
         self.control_period_ms = 0.0  # measured interval between the last two decisions
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
+        self._rng = random.Random(seed)
+        self._decision_gap_ms = self._next_gap_ms()
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
         self._external: tuple[float, float, str] | None = None  # (value, measured_at_s, source)
         self._window_ms = cfg.base_window_ms
+        self._last_window_set = False  # the first decision sets the window undamped
         self._tightest_sla_ms: float | None = None
         self._period_min_sla_ms = math.inf
         self._avg_batch_size = 1.0
@@ -165,11 +172,18 @@ class ControlLoop:
         if (now_s - self._last_perception_s) * 1000.0 >= ctl.perception_period_ms - 1e-9:
             self._perceive(now_s, queue)
             ran = True
-        if (now_s - self._last_decision_s) * 1000.0 >= ctl.control_period_ms - 1e-9:
+        if (now_s - self._last_decision_s) * 1000.0 >= self._decision_gap_ms - 1e-9:
             self._decide(now_s, len(queue))
+            self._decision_gap_ms = self._next_gap_ms()
             ran = True
         if ran:
             self._refresh()
+
+    def _next_gap_ms(self) -> float:
+        """The next decision period: control_period_ms, jittered by period_jitter."""
+        jitter = self.control.period_jitter
+        period = self.control.control_period_ms
+        return period * (1.0 + jitter * self._rng.uniform(-1.0, 1.0)) if jitter else period
 
     def _utilization(self, now_s: float) -> tuple[float, str, float]:
         if self._external is not None:
@@ -210,6 +224,10 @@ class ControlLoop:
             # from the latest observation, whose age is reported in the stats.
             self.zones.update(now_s, obs.utilization, queue_depth, obs.p99_cv)
         window_ms = self.window.adjusted_ms(obs.utilization, self.delay_variation(now_s))
+        damping = self.control.window_damping
+        if damping and self._last_window_set:
+            window_ms = damping * self._window_ms + (1.0 - damping) * window_ms
+        self._last_window_set = True
         self._window_ms = window_ms
         base = self.cfg.base_window_ms
         self.clock.set_rate(now_s, base / window_ms if window_ms > 0 and base > 0 else MAX_RATE)

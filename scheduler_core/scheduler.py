@@ -89,24 +89,24 @@ class Scheduler:
     @classmethod
     def from_profile(cls, profile: HardwareProfile, time_scale: float | None = None,
                      control: ControlConfig | None = None,
-                     small_queue: int = SMALL_QUEUE) -> "Scheduler":
+                     small_queue: int = SMALL_QUEUE, seed: int = 0) -> "Scheduler":
         """A scheduler with the profile's settings; ``time_scale`` scales the cost estimate
         (the emulated device's slow-down; default: the profile's own)."""
         scale = profile.emulation.time_scale if time_scale is None else time_scale
         estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, scale)
         return cls(profile.scheduler, estimator, control or profile.control,
-                   small_queue=small_queue)
+                   small_queue=small_queue, seed=seed)
 
     def __init__(self, cfg: SchedulerConfig, estimator: CostEstimator,
                  control: ControlConfig | None = None, start_s: float = 0.0,
-                 small_queue: int = SMALL_QUEUE):
+                 small_queue: int = SMALL_QUEUE, seed: int = 0):
         """``small_queue``: up to this many queued requests the scans run in plain Python
         (cheaper there); above it, vectorised. Both decide identically: tests run one
         against the other by setting it to 0 or to a huge number."""
         self.cfg = cfg
         self.control = control or ControlConfig()
         self.estimator = estimator
-        self.loop = ControlLoop(cfg, self.control, start_s)
+        self.loop = ControlLoop(cfg, self.control, start_s, seed)  # seed: see ControlLoop
         self.small_queue = small_queue
         self._queue = EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))

@@ -41,8 +41,8 @@ from .intake import make_intake
 from .waker import Waker
 from .load_calibration import calibrate_at_load
 from .model_loading import (LoadRefused, check_inner_model, choose_intake, inner_contract,
-                            instance_placement, is_embedding_contract, load_profile,
-                            make_executor, queue_prefetches)
+                            instance_index, instance_placement, is_embedding_contract,
+                            load_profile, make_executor, queue_prefetches)
 from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
 from .request_decoding import RequestError, decode_request
 from .responder import Responder
@@ -101,7 +101,10 @@ class ExplicitModel:
         # Only the emulated device is slowed by the profile's time scale.
         time_scale = (self.profile.emulation.time_scale
                       if isinstance(self.executor, EmulatedDevice) else 1.0)
-        self.scheduler = Scheduler.from_profile(self.profile, time_scale)
+        # Each instance's controller draws its own jittered decision periods
+        # (control.period_jitter): seeded by its index in the instance group.
+        self.scheduler = Scheduler.from_profile(self.profile, time_scale,
+                                                seed=instance_index(args))
         self._control_period_s = self.profile.control.control_period_ms / 1000.0
         self._ids = itertools.count()
         lock = threading.RLock()

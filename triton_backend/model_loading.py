@@ -71,6 +71,13 @@ def choose_intake(config: Mapping[str, Any], settings: ModelSettings, model: str
     return intake
 
 
+def instance_index(args: Mapping[str, Any]) -> int:
+    """This instance's index in its instance group (Triton names instances
+    ``<model>_<group>_<index>``); 0 when the name does not say."""
+    tail = str(args.get("model_instance_name", "")).rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
 def queue_prefetches(config: Mapping[str, Any]) -> bool:
     """Whether Triton's dynamic batcher for ``config`` prefetches the next batch while
     one runs: only with no queue policy and no priority levels (core r24.10,

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from triton_backend.model_loading import (LoadRefused, check_inner_model, choose_intake,
+                                          instance_index,
                                           load_profile, make_executor, queue_prefetches)
 from triton_backend.model_settings import ModelSettings
 from triton_backend.placement import placement
@@ -76,3 +77,9 @@ def test_no_executor_refuses_naming_the_choices():
     where = placement("CPU", "0", lambda: False, "", None)
     with pytest.raises(LoadRefused, match="'executor' must be 'minilm' or 'emulated'"):
         make_executor(ARGS, settings(), where, warn=print)
+
+
+def test_an_instance_knows_its_index_in_the_group():
+    assert instance_index({"model_instance_name": "pair_hold_0_1"}) == 1
+    assert instance_index({"model_instance_name": "m_0_0"}) == 0
+    assert instance_index({}) == 0

@@ -1,0 +1,183 @@
+"""Several controllers on one load: N instances behind a round-robin router, sharing one
+emulated device, each with its own queue and controller (``instance_group`` count N on one
+GPU). What they share is what couples them: the device (a batch waits for the batches of
+the other instances) and the device's utilisation, which each reads as NVML reports it.
+
+``simulate_fleet`` runs the arrivals through them and samples every instance's elastic
+window and zone at a fixed period, so the coupling can be measured: the variance of the
+aggregate window (the sum of the N windows) and the zone flips per minute.
+
+Discrete-event and deterministic like ``simulator``: events at one instant are handled in
+the order pushed, and every policy decides only when its own batch is not on the device.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .cost_model import batch_shape, cost_ms
+from .policy import QueueFull, decide, wake_time
+from .profile import CostModelConfig
+from .request import QueuedRequest
+
+ARRIVAL, DONE, TICK, WAKE = 0, 1, 2, 3
+UTILIZATION_WINDOW_S = 1.0  # the shared device's busy fraction over this much (NVML-like)
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    instances: int
+    sent: int
+    met: int
+    missed: int
+    rejected: int
+    duration_s: float
+    aggregate_window_variance: float  # variance over time of the sum of the N windows (ms^2)
+    zone_flips_per_minute: float  # summed over the instances
+    samples: int
+
+    @property
+    def goodput_rps(self) -> float:
+        return self.met / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def simulate_fleet(policies: Sequence[Any], arrivals: Sequence[Any],
+                   cost_model: CostModelConfig, cost_mode: str = "padded",
+                   time_scale: float = 1.0, *, tick_s: float = 0.005,
+                   sample_s: float = 0.1, warmup_s: float = 0.0) -> FleetResult:
+    """Route ``arrivals`` (``time_s``, ``seq_len``, ``sla_ms``; sorted) round-robin over
+    ``policies`` (one ``Scheduler`` each), ticking each every ``tick_s`` and sampling the
+    windows and zones every ``sample_s`` after ``warmup_s``."""
+    return _Fleet(policies, arrivals, cost_model, cost_mode, time_scale).run(
+        tick_s, sample_s, warmup_s)
+
+
+class _Fleet:
+    def __init__(self, policies, arrivals, cost_model, cost_mode, time_scale):
+        self.policies, self.arrivals = list(policies), list(arrivals)
+        self.cost_model, self.cost_mode, self.time_scale = cost_model, cost_mode, time_scale
+        n = len(self.policies)
+        self.on_device = [False] * n  # instance i's batch is queued on or running on it
+        self.device_queue: deque = deque()
+        self.device_busy = False
+        self.busy_intervals: deque = deque()  # (start, end) on the device, recent ones
+        self.met = self.missed = self.rejected = 0
+        self.wake_gen = [0] * n
+        self.windows: list[list[float]] = [[] for _ in range(n)]
+        self.zones: list[list[int]] = [[] for _ in range(n)]
+
+    def run(self, tick_s: float, sample_s: float, warmup_s: float) -> FleetResult:
+        heap: list = []
+        seq = itertools.count()
+        push = heapq.heappush
+        for k, a in enumerate(self.arrivals):
+            push(heap, (a.time_s, ARRIVAL, next(seq), k))
+        end_s = (self.arrivals[-1].time_s if self.arrivals else 0.0) + 5.0
+        push(heap, (0.0, TICK, next(seq), 0))
+        next_sample = warmup_s
+        while heap:
+            now, kind, _, payload = heapq.heappop(heap)
+            if kind == ARRIVAL:
+                self._arrive(payload, now)
+            elif kind == DONE:
+                self._done(payload, now, heap, seq)
+            elif kind == TICK:
+                self._tick(now)
+                if now >= next_sample - 1e-12:
+                    self._sample(now)
+                    next_sample += sample_s
+                if now + tick_s <= end_s:
+                    push(heap, (now + tick_s, TICK, next(seq), 0))
+            elif payload[1] != self.wake_gen[payload[0]]:  # WAKE, superseded
+                continue
+            if heap and heap[0][0] <= now:
+                continue  # decide once per instant, after all its events
+            for i in range(len(self.policies)):
+                self._maybe_dispatch(i, now, heap, seq)
+        for policy in self.policies:  # whatever is left counts as refused
+            self.rejected += len(policy.drain())
+        duration = max(end_s - 5.0 - warmup_s, 1e-9)
+        return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
+                           self.rejected, duration, self._aggregate_variance(),
+                           self._flips_per_minute(sample_s), len(self.windows[0]))
+
+    def _arrive(self, k: int, now: float) -> None:
+        a = self.arrivals[k]
+        try:
+            self.policies[k % len(self.policies)].submit(
+                QueuedRequest(k, a.seq_len, now, a.sla_ms), now)
+        except QueueFull:
+            self.rejected += 1
+
+    def _utilization(self, now: float) -> float:
+        start = now - UTILIZATION_WINDOW_S
+        while self.busy_intervals and self.busy_intervals[0][1] < start:
+            self.busy_intervals.popleft()
+        busy = sum(min(e, now) - max(s, start) for s, e in self.busy_intervals if s < now)
+        return min(1.0, max(0.0, busy / UTILIZATION_WINDOW_S))
+
+    def _tick(self, now: float) -> None:
+        util = self._utilization(now)
+        for policy in self.policies:
+            policy.set_external_utilization(util, now, "nvml")
+            policy.tick(now)
+
+    def _sample(self, now: float) -> None:
+        for i, policy in enumerate(self.policies):
+            stats = policy.stats(now)
+            self.windows[i].append(stats.window_ms)
+            self.zones[i].append(int(stats.zone))
+
+    def _maybe_dispatch(self, i: int, now: float, heap, seq) -> None:
+        policy = self.policies[i]
+        if self.on_device[i] or not policy.queue_depth:
+            return
+        decision = decide(policy, now)
+        self.rejected += len(decision.rejected)
+        if decision.batch:
+            shape = batch_shape([r.seq_len for r in decision.batch], self.cost_mode)
+            duration = cost_ms(self.cost_model, shape) * self.time_scale / 1000.0
+            policy.batch_started(decision.batch, now)
+            self.on_device[i] = True
+            self.device_queue.append((i, decision.batch, now, duration))
+            self._start_device(now, heap, seq)
+            return
+        wake_at = wake_time(decision, now)
+        if wake_at is not None:
+            self.wake_gen[i] += 1
+            heapq.heappush(heap, (wake_at, WAKE, next(seq), (i, self.wake_gen[i])))
+
+    def _start_device(self, now: float, heap, seq) -> None:
+        if self.device_busy or not self.device_queue:
+            return
+        i, batch, submitted, duration = self.device_queue.popleft()
+        self.device_busy = True
+        self.busy_intervals.append((now, now + duration))
+        heapq.heappush(heap, (now + duration, DONE, next(seq), (i, batch, submitted)))
+
+    def _done(self, payload, now: float, heap, seq) -> None:
+        i, batch, submitted = payload
+        self.device_busy = False
+        self.on_device[i] = False
+        for req in batch:
+            if (now - req.arrival_s) * 1000.0 <= req.sla_ms + 1e-9:
+                self.met += 1
+            else:
+                self.missed += 1
+        self.policies[i].batch_finished(batch, submitted, now)
+        self._start_device(now, heap, seq)
+
+    def _aggregate_variance(self) -> float:
+        totals = [sum(ws) for ws in zip(*self.windows)]
+        return statistics.pvariance(totals) if len(totals) > 1 else math.nan
+
+    def _flips_per_minute(self, sample_s: float) -> float:
+        flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in self.zones)
+        minutes = len(self.zones[0]) * sample_s / 60.0
+        return flips / minutes if minutes > 0 else 0.0
