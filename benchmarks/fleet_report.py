@@ -19,6 +19,7 @@ import os
 import statistics
 from dataclasses import replace
 
+from benchmarks.pages import write_page
 from benchmarks.simulate_report import LENGTHS, PROFILE_DIR, SLA_CLASSES_MS
 from scheduler_core import fleet as F
 from scheduler_core import workload as W
@@ -89,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{r.aggregate_window_variance:.3f} | {ratio:.2f} | "
                          f"{out['coupling']:.2f} | {r.zone_flips_per_minute:.0f} | {verdict} |")
             print(lines[-1], flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    write_page(args.out, lines)
     return 0
 
 

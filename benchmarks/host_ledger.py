@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks import intake_check as ic
+from benchmarks.pages import write_page
 from benchmarks.repository import edit_model, set_max_batch_size
 from triton_backend.intake import DEFAULT_INTAKE
 from triton_backend.launcher import TritonServer
@@ -240,7 +241,7 @@ def main() -> int:
         "batches (release, gather), the responders build and send responses. Intake hold "
         "runs everything on the execute() thread. Native has no such account.", "",
         *blocks])
-    ic.write_report(args.out, text)
+    write_page(args.out, text)
     return 0
 
 

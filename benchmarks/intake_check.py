@@ -32,6 +32,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from operator_tools.perf_analyzer import PerfResult, run_request_rate
 from benchmarks.procinfo import cpu_s, find_stub
+from benchmarks.pages import write_page
 from benchmarks.repository import copy_model, set_max_batch_size
 from triton_backend.intake_config import gather_config, hold_config, release_config
 from sidecar.triton_metrics import fetch_url, model_sample_sum
@@ -212,16 +213,8 @@ def main() -> int:
         "The plugin's own account at unload (thread CPU seconds over the whole run; "
         "gather's hand-over figures):", "",
         *[f"- `{line}`" for line in hand_over], ""])
-    write_report(args.out, text)
+    write_page(args.out, text)
     return 0
-
-
-def write_report(path: str, text: str) -> None:
-    """Write a results page (its folder made if needed) and say where."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text)
-    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
