@@ -14,7 +14,7 @@ help:
 	@echo "make serve        start tritonserver on model_repository/ (HTTP_PORT=$(HTTP_PORT))"
 	@echo "make test         run all tests, including real-server integration tests"
 	@echo "make test-unit    run the fast unit tests only"
-	@echo "make bench        explicit vs best-tuned native: emulated t4/a100, MiniLM, h200_minilm -> results/bench/ (~35 min)"
+	@echo "make bench        explicit vs best-tuned native: emulated t4/a100, MiniLM, h200_minilm -> results/bench/ (~37 min, the last full run: results/bench_hold_unbounded)"
 	@echo "make bench-smoke  perf_analyzer at a fixed rate: emulated_explicit vs emulated_native"
 	@echo "make reliability  overload 2x (60 s), soak (10 min), native overload -> results/reliability.md"
 	@echo "make simulate-report  simulator: explicit vs native model -> results/simulator_report.md"
