@@ -52,11 +52,10 @@ def test_the_export_model_command_writes_a_folder_whose_parameters_load(tmp_path
     command = _one("bash", "export-model")
     command = command.replace(".venv/bin/explicit-batching",
                               os.path.join(os.path.dirname(sys.executable), "explicit-batching"))
-    repo = tmp_path / "model_repository"
-    (repo / "emulated_device").mkdir(parents=True)
     subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=120,
                    capture_output=True, text=True)
     name = re.search(r"--name (\S+)", command).group(1)
+    repo = tmp_path / re.search(r"--output-repository (\S+)", command).group(1)
     config = parse((repo / name / "config.pbtxt").read_text())
     params = {k: v.string_value for k, v in config.parameters.items()}
     settings = ModelSettings.from_parameters(name, params)  # every key known, every value valid
