@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from sidecar.triton_metrics import fetch_url, read_samples
+from sidecar.triton_metrics import fetch_url, model_sample_sum, read_samples
 from tests.conftest import SHIPPED_REPOSITORY
 from tests.integration.collector import Collector
 
@@ -90,11 +89,8 @@ def _ids(n=16, token=None):
 
 
 def _metric(server, name: str) -> float:
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith(f'{name}{{model="{MODEL}"}}'):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    """The model's counter ``name`` (summed over its instances: one here)."""
+    return model_sample_sum(fetch_url(server.metrics_url, 5.0), name, MODEL)
 
 
 def _cancellations(server) -> float:
