@@ -50,7 +50,7 @@ def _with_intake(model: mc.ModelConfig, intake: str) -> mc.ModelConfig:
     return model
 
 
-def _batcher_in_front(config: str, max_hand_over: int, priority_levels: int
+def _batcher_in_front(model: mc.ModelConfig, max_hand_over: int, priority_levels: int
                       ) -> mc.ModelConfig:
     """Triton's dynamic batcher (delay 0) in front, ragged variable-length inputs, and
     ``max_batch_size`` as the hand-over bound (one sequence per request still).
@@ -60,7 +60,6 @@ def _batcher_in_front(config: str, max_hand_over: int, priority_levels: int
     at the lowest level. (The Python backend of Triton 24.10 gives a Python model no
     access to a request's priority, so this queue is the only place it can act; with
     ``intake: release`` nothing waits in Triton's queue and priority has no effect.)"""
-    model = parse(config)
     model.max_batch_size = max_hand_over
     for tensor in model.input:
         if -1 in tensor.dims:
@@ -78,7 +77,7 @@ def hold_config(config: str, max_hand_over: int = HOLD_MAX_HAND_OVER,
     front (see ``_batcher_in_front``). ``max_queue_size`` > 0 bounds Triton's queue to that
     many waiting requests (past it Triton refuses at once, UNAVAILABLE; a client's
     ``timeout`` honoured there) at the cost HOLD_MAX_QUEUE_SIZE describes; 0: no policy."""
-    model = _batcher_in_front(config, max_hand_over, priority_levels)
+    model = _batcher_in_front(parse(config), max_hand_over, priority_levels)
     model.dynamic_batching.ClearField("default_queue_policy")
     if max_queue_size > 0:
         policy = model.dynamic_batching.default_queue_policy
@@ -88,21 +87,26 @@ def hold_config(config: str, max_hand_over: int = HOLD_MAX_HAND_OVER,
     return render(_with_intake(model, "hold"), config)
 
 
+def _gather(model: mc.ModelConfig, max_hand_over: int, priority_levels: int
+            ) -> mc.ModelConfig:
+    model = _batcher_in_front(model, max_hand_over, priority_levels)
+    model.dynamic_batching.ClearField("default_queue_policy")
+    return _with_intake(model, "gather")
+
+
 def gather_config(config: str, max_hand_over: int = GATHER_MAX_HAND_OVER,
                   priority_levels: int = 0) -> str:
     """``config`` switched to ``intake: gather`` (the front is ``hold``'s, Triton's queue
     unbounded: the plugin sees what it holds)."""
-    model = _batcher_in_front(config, max_hand_over, priority_levels)
-    model.dynamic_batching.ClearField("default_queue_policy")
-    return render(_with_intake(model, "gather"), config)
+    return render(_gather(parse(config), max_hand_over, priority_levels), config)
 
 
 def gather_config_json(config: dict, max_hand_over: int = GATHER_MAX_HAND_OVER) -> dict:
     """``config`` in Triton's JSON form (what its model-config and model-load APIs carry)
     switched to ``intake: gather``, as ``gather_config`` switches a ``config.pbtxt``."""
     model = json_format.ParseDict(config, mc.ModelConfig(), ignore_unknown_fields=True)
-    switched = parse(gather_config(text_format.MessageToString(model), max_hand_over))
-    return json_format.MessageToDict(switched, preserving_proto_field_name=True)
+    return json_format.MessageToDict(_gather(model, max_hand_over, 0),
+                                     preserving_proto_field_name=True)
 
 
 def release_config(config: str) -> str:
