@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from dataclasses import replace
 
 from benchmarks.pages import write_page
@@ -44,16 +43,13 @@ def _loads(capacity: float) -> tuple[tuple[str, object], ...]:
              W.Bursty(0.3 * capacity, 1.2 * capacity, 2.0, 0.5)))
 
 
-def run(profile, process, jitter: float, damping: float) -> dict:
+def run(profile, process, jitter: float, damping: float) -> F.FleetResult:
     control = replace(profile.control, period_jitter=jitter, window_damping=damping)
     policies = [Scheduler.from_profile(profile, TIME_SCALE, control=control, seed=i)
                 for i in range(INSTANCES)]
     arrivals = W.generate(process, DURATION_S, SEED, LENGTHS, W.SlaMix(SLA_CLASSES_MS))
-    fleet = F._Fleet(policies, arrivals, profile.cost_model, "padded", TIME_SCALE)
-    result = fleet.run(0.005, 0.1, WARMUP_S)
-    one = statistics.mean(statistics.pvariance(w) for w in fleet.windows)
-    return {"result": result, "coupling": result.aggregate_window_variance / (INSTANCES * one)
-            if one else float("nan")}
+    return F.simulate_fleet(policies, arrivals, profile.cost_model, "padded", TIME_SCALE,
+                            warmup_s=WARMUP_S)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     for load_name, process in _loads(capacity):
         base = None
         for name, jitter, damping in SETTINGS:
-            out = run(profile, process, jitter, damping)
-            r = out["result"]
+            r = run(profile, process, jitter, damping)
             base = base or r
             ratio = r.aggregate_window_variance / base.aggregate_window_variance
             verdict = "-" if r is base else (
@@ -88,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {load_name} | {name} (period_jitter {jitter:g}, window_damping "
                          f"{damping:g}) | {r.goodput_rps:,.1f} | {r.rejected:,} | "
                          f"{r.aggregate_window_variance:.3f} | {ratio:.2f} | "
-                         f"{out['coupling']:.2f} | {r.zone_flips_per_minute:.0f} | {verdict} |")
+                         f"{r.coupling:.2f} | {r.zone_flips_per_minute:.0f} | {verdict} |")
             print(lines[-1], flush=True)
     write_page(args.out, lines)
     return 0

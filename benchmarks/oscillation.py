@@ -4,10 +4,10 @@ pages; then the variance of the aggregate window, a coupling index and zone flip
 
 from __future__ import annotations
 
-import statistics
 import threading
 from typing import Mapping, Sequence
 
+from scheduler_core.fleet import oscillation
 from sidecar.triton_metrics import fetch_url, read_samples
 from triton_backend.metric_catalog import PREFIX
 
@@ -50,18 +50,5 @@ class ZoneSampler:
                 self.windows[i].append(1000.0 * got.get(WINDOW, 0.0))
 
     def oscillation(self) -> dict[str, float]:
-        """samples, aggregate_variance (ms^2), coupling (var of the sum / (N x the mean
-        variance of one): 1 independent, N lockstep), flips_per_minute (all controllers),
-        time_out_of_safe (share of samples outside the safe zone)."""
-        n = min(len(w) for w in self.windows)
-        windows = [w[:n] for w in self.windows]
-        totals = [sum(x) for x in zip(*windows)]
-        one = statistics.mean(statistics.pvariance(w) for w in windows) if n > 1 else 0.0
-        aggregate = statistics.pvariance(totals) if n > 1 else 0.0
-        flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in self.zones)
-        minutes = n * SAMPLE_S / 60.0
-        return {"samples": n, "aggregate_variance": aggregate,
-                "coupling": aggregate / (len(windows) * one) if one else float("nan"),
-                "flips_per_minute": flips / minutes if minutes else 0.0,
-                "time_out_of_safe": sum(z > 0 for zs in self.zones for z in zs[:n])
-                / max(1, n * len(self.zones))}
+        """``scheduler_core.fleet.oscillation`` of what was sampled."""
+        return oscillation(self.windows, self.zones, SAMPLE_S)

@@ -39,6 +39,7 @@ class FleetResult:
     rejected: int
     duration_s: float
     aggregate_window_variance: float  # variance over time of the sum of the N windows (ms^2)
+    coupling: float  # see ``oscillation``: 1 independent windows, N lockstep
     zone_flips_per_minute: float  # summed over the instances
     samples: int
 
@@ -103,9 +104,10 @@ class _Fleet:
         for policy in self.policies:  # whatever is left counts as refused
             self.rejected += len(policy.drain())
         duration = max(end_s - 5.0 - warmup_s, 1e-9)
+        osc = oscillation(self.windows, self.zones, sample_s)
         return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
-                           self.rejected, duration, self._aggregate_variance(),
-                           self._flips_per_minute(sample_s), len(self.windows[0]))
+                           self.rejected, duration, osc["aggregate_variance"], osc["coupling"],
+                           osc["flips_per_minute"], osc["samples"])
 
     def _arrive(self, k: int, now: float) -> None:
         a = self.arrivals[k]
@@ -173,11 +175,22 @@ class _Fleet:
         self.policies[i].batch_finished(batch, submitted, now)
         self._start_device(now, heap, seq)
 
-    def _aggregate_variance(self) -> float:
-        totals = [sum(ws) for ws in zip(*self.windows)]
-        return statistics.pvariance(totals) if len(totals) > 1 else math.nan
 
-    def _flips_per_minute(self, sample_s: float) -> float:
-        flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in self.zones)
-        minutes = len(self.zones[0]) * sample_s / 60.0
-        return flips / minutes if minutes > 0 else 0.0
+def oscillation(windows: Sequence[Sequence[float]], zones: Sequence[Sequence[int]],
+                sample_s: float) -> dict[str, float]:
+    """How N controllers moved, from their windows (ms) and zones sampled every
+    ``sample_s``: samples; aggregate_variance (of the sum of the windows over time, ms^2);
+    coupling (that variance over N x the mean variance of one window: 1 when the windows
+    move independently, N in lockstep); flips_per_minute (zone changes, all controllers);
+    time_out_of_safe (share of the samples outside the safe zone)."""
+    n = min((len(w) for w in windows), default=0)
+    windows = [list(w[:n]) for w in windows]
+    zones = [list(z[:n]) for z in zones]
+    aggregate = statistics.pvariance([sum(x) for x in zip(*windows)]) if n > 1 else math.nan
+    one = statistics.mean(statistics.pvariance(w) for w in windows) if n > 1 else 0.0
+    flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in zones)
+    minutes = n * sample_s / 60.0
+    return {"samples": n, "aggregate_variance": aggregate,
+            "coupling": aggregate / (len(windows) * one) if one else math.nan,
+            "flips_per_minute": flips / minutes if minutes else 0.0,
+            "time_out_of_safe": sum(z > 0 for zs in zones for z in zs) / max(1, n * len(zones))}

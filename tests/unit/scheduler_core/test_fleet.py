@@ -40,3 +40,15 @@ def test_a_run_is_deterministic_and_samples_every_instance():
     _, _, again = _run(2, 600.0)
     assert first == again
     assert first.samples >= 39  # 4 s sampled every 0.1 s
+
+
+def test_the_coupling_index_is_n_in_lockstep_and_zero_when_windows_cancel():
+    from scheduler_core.fleet import oscillation
+
+    rising = [1.0, 2.0, 3.0, 4.0]
+    lockstep = oscillation([rising, rising, rising], [[0, 1, 1, 0]] * 3, 0.5)
+    assert lockstep["coupling"] == 3.0 and lockstep["samples"] == 4
+    assert lockstep["flips_per_minute"] == 6 / (4 * 0.5 / 60.0)
+    assert lockstep["time_out_of_safe"] == 0.5
+    cancel = oscillation([rising, [5.0 - w for w in rising]], [[0] * 4] * 2, 0.5)
+    assert cancel["coupling"] == 0.0 and cancel["aggregate_variance"] == 0.0
