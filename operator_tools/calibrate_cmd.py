@@ -560,12 +560,9 @@ _OPTIONS = {
 _SWEEP = ("url", "model", "metrics_url", "rates", "sweep_file", "measurement_ms",
           "request_distribution", "input_data", "sla_scale", "protocol", "base_profile",
           "model_repository")
-# What a subcommand does not take reads as not given (the helpers read one opts mapping).
-_UNSET = {"reset_parameters": None, "profile_path": None, "step": False, "step_rate": None,
-          "step_size": 0.1, "max_steps": None, "infeasible_policy": "serve_late",
-          "table_json": None, "measure_table": False, "table_device": "cpu",
-          "table_budget_s": 10.0, "out_path": None, "plot_path": None, "report_path": None,
-          "baseline_path": None, "baseline_rate": None, "no_baseline": False}
+# Each subcommand passes its own options to the helpers; the one shared helper that reads
+# options of another subcommand, _sweep_settings (cold-start and step), reads these two.
+_UNSET = {"step": False, "step_rate": None}
 
 
 def _options(*names: str):
