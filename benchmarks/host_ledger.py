@@ -149,13 +149,13 @@ def measure(setting: str, measurement_ms: int, concurrency: int, tmp: str) -> li
             with TritonServer(repo, log_path=log, extra_args=(
                     "--model-control-mode=explicit", "--load-model=*")) as server:
                 for model in models:
-                    row = ic._measure(server, repo, model, 0, measurement_ms,
+                    row = ic._measure(server, model, 0, measurement_ms,
                                       concurrency=concurrency)
                     e = entries.setdefault(model, Entry(model))
                     if not profiled:
                         e.throughput = row.result.throughput if row.result else None
                         e.stub_us = row.stub_us_per_request
-                        e.open_loop_stub_us = ic._measure(server, repo, model, OPEN_LOOP_RPS,
+                        e.open_loop_stub_us = ic._measure(server, model, OPEN_LOOP_RPS,
                                                           measurement_ms).stub_us_per_request
                     print(f"{setting} {'profiled' if profiled else 'plain'} {model}: "
                           f"{row.result.throughput if row.result else row.error} req/s, "

@@ -94,7 +94,7 @@ class Row:
     error: str = ""
 
 
-def _measure(server: TritonServer, repo: str, model: str, rate: float, measurement_ms: int,
+def _measure(server: TritonServer, model: str, rate: float, measurement_ms: int,
              concurrency: int = 0) -> Row:
     data = os.path.join(CONFIGS, "mixed.json" if model == NATIVE else "mixed_sla.json")
     stub = find_stub(server.process.pid, model)
@@ -178,10 +178,10 @@ def main() -> int:
             for k, rate in enumerate(args.rates):
                 shift = k % len(models)
                 for model in models[shift:] + models[:shift]:  # alternate who goes first
-                    rows.append(_measure(server, repo, model, rate, args.measurement_ms))
+                    rows.append(_measure(server, model, rate, args.measurement_ms))
                     print(open_loop_table(rows[-1:])[-1], flush=True)
             for model in models:
-                peaks.append(_measure(server, repo, model, 0, args.measurement_ms,
+                peaks.append(_measure(server, model, 0, args.measurement_ms,
                                       concurrency=args.concurrency))
                 print(closed_loop_table(peaks[-1:], None)[-1], flush=True)
         with open(os.path.join(tmp, "server.log"), errors="replace") as fh:

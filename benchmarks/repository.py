@@ -29,25 +29,22 @@ def copy_model(src: str, repo: str, name: str | None = None, *,
     folder = os.path.join(repo, name)
     shutil.copytree(os.path.join(source, src), folder,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-
-    def rename(model: mc.ModelConfig) -> None:
-        model.name = name
-
-    edit_model(folder, params=params, text_writer=text_writer,
-               edit=_both(rename, edit))
+    edit_model(folder, name=name, params=params, text_writer=text_writer, edit=edit)
     return folder
 
 
-def edit_model(folder: str, *, params: Mapping[str, str] | None = None,
+def edit_model(folder: str, *, name: str | None = None, params: Mapping[str, str] | None = None,
                text_writer: Callable[[str], str] | None = None, edit: Edit | None = None) -> None:
-    """Edit the ``config.pbtxt`` of the model in ``folder`` in place (see ``copy_model``);
-    its leading comment lines are kept."""
+    """Edit the ``config.pbtxt`` of the model in ``folder`` in place (see ``copy_model``;
+    ``name``: the model's new name); its leading comment lines are kept."""
     path = os.path.join(folder, "config.pbtxt")
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if text_writer is not None:
         text = text_writer(text)
     model = parse(text)
+    if name is not None:
+        model.name = name
     if edit is not None:
         edit(model)
     for key, value in (params or {}).items():
@@ -59,12 +56,4 @@ def edit_model(folder: str, *, params: Mapping[str, str] | None = None,
 def set_max_batch_size(size: int) -> Edit:
     def edit(model: mc.ModelConfig) -> None:
         model.max_batch_size = size
-    return edit
-
-
-def _both(first: Edit, second: Edit | None) -> Edit:
-    def edit(model: mc.ModelConfig) -> None:
-        first(model)
-        if second is not None:
-            second(model)
     return edit
