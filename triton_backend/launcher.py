@@ -194,14 +194,13 @@ class TritonServer:
             probe.settimeout(0.5)
             return probe.connect_ex(("127.0.0.1", self.metrics_port)) == 0
 
-    def load_model(self, model: str, config: str | None = None,
-                   timeout_s: float = 300.0) -> float:
-        """Load (or reload) ``model`` through Triton's repository API (the server must run
-        with --model-control-mode=explicit), with ``config`` (JSON text) when given; the
-        seconds it took. Raises with Triton's refusal when it refuses."""
-        body = {} if config is None else {"parameters": {"config": config}}
+    def load_model(self, model: str, timeout_s: float = 300.0) -> float:
+        """Load ``model`` from the repository through Triton's repository API (the server
+        must run with --model-control-mode=explicit); the seconds it took. Raises with
+        Triton's refusal when it refuses. (A load with another config is
+        ``operator_tools.live.ModelControl.load``.)"""
         started = time.monotonic()
-        self._repository(f"models/{model}/load", body, timeout_s)
+        self._repository(f"models/{model}/load", {}, timeout_s)
         return time.monotonic() - started
 
     def unload_model(self, model: str, timeout_s: float = 60.0) -> None:
