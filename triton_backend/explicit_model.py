@@ -91,7 +91,8 @@ class ExplicitModel:
                 self.contract = contract
                 self.executor = GenericBLSExecutor(inner, contract)
         else:
-            self.executor, _ = make_executor(args, settings, self.placement, warn)
+            self.executor, _ = make_executor(args, settings, self.placement, warn,
+                                             self.profile)
         # Real compute measures its own cost table before serving (the profile's cost
         # model is only the seed); see load_calibration.
         self.profile, _, cost_note = calibrate_at_load(

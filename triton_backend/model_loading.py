@@ -160,14 +160,16 @@ def instance_placement(args: Mapping[str, Any], settings: ModelSettings) -> Plac
 
 
 def make_executor(args: Mapping[str, Any], settings: ModelSettings, where: Placement,
-                  warn: Callable[[str], None]):
+                  warn: Callable[[str], None], profile: HardwareProfile | None = None):
     """The in-process executor named by the ``executor`` parameter, on ``where``, and the
-    profile it runs (None for real compute)."""
+    profile it runs (None for real compute). The emulated device runs ``profile`` when the
+    caller has loaded it already, else the one ``load_profile`` chooses."""
     if settings.executor == "minilm":
         return MiniLMEncoder(intra_op_threads=settings.intra_op_threads,
                              device=where.device), None
     if settings.executor == "emulated":
-        profile, _ = load_profile(args, settings, "t4", where.nvml_index, warn)
+        if profile is None:
+            profile, _ = load_profile(args, settings, "t4", where.nvml_index, warn)
         return EmulatedDevice(profile.cost_model, profile.emulation,
                               settings.fault_injection_token), profile
     raise LoadRefused(f"model '{args['model_name']}': parameter 'executor' must be 'minilm' "
