@@ -224,9 +224,12 @@ class ControlLoop:
             # from the latest observation, whose age is reported in the stats.
             self.zones.update(now_s, obs.utilization, queue_depth, obs.p99_cv)
         window_ms = self.window.adjusted_ms(obs.utilization, self.delay_variation(now_s))
-        damping = self.control.window_damping
-        if damping and self._last_window_set:
-            window_ms = damping * self._window_ms + (1.0 - damping) * window_ms
+        tau_ms = self.control.window_time_constant_ms
+        if tau_ms and self._last_window_set:
+            # First-order smoothing with a time constant, not a per-decision factor, so a
+            # jittered period does not change how fast the window follows.
+            kept = math.exp(-self.control_period_ms / tau_ms)
+            window_ms = kept * self._window_ms + (1.0 - kept) * window_ms
         self._last_window_set = True
         self._window_ms = window_ms
         base = self.cfg.base_window_ms

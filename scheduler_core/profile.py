@@ -121,10 +121,11 @@ class ControlConfig:
     # Several controllers on one load (instance_group count N, server replicas) that see
     # the same inputs decide in step and move together (coupled oscillation). Each
     # decision period is drawn from control_period_ms * (1 +/- period_jitter), seeded per
-    # controller, and each decision moves the window only (1 - window_damping) of the way
-    # to the new elastic window. 0 and 0: one undamped controller, as before.
+    # controller, and the window follows the elastic window through a first-order filter
+    # with time constant window_time_constant_ms (each decision moves it 1 - exp(-gap / tau)
+    # of the way). 0 and 0: one unsmoothed controller, as before.
     period_jitter: float = 0.0
-    window_damping: float = 0.0
+    window_time_constant_ms: float = 0.0
     # Zone indicators: at or below *_safe an indicator is safe, at or above *_danger it is
     # in danger, in between in the no-man's land (defaults: the design's table).
     utilization_safe: float = 0.50

@@ -29,7 +29,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "perception_period_ms": (10.0, 10_000.0),
     "control_period_ms": (10.0, 10_000.0),
     "period_jitter": (0.0, 0.5),
-    "window_damping": (0.0, 0.95),
+    "window_time_constant_ms": (0.0, 60_000.0),
     "utilization_safe": (0.0, 1.0),
     "utilization_danger": (0.0, 1.0),
     "queue_depth_safe": (0.0, 1_000_000.0),
