@@ -34,9 +34,10 @@ UTILIZATION_WINDOW_S = 1.0  # the shared device's busy fraction over this much (
 class FleetResult:
     instances: int
     sent: int
-    met: int
+    met: int  # met / missed: answered, of the requests that arrived after the warm-up
     missed: int
-    rejected: int
+    warmup_answered: int  # answered, of those that arrived during the warm-up (not counted)
+    rejected: int  # refused, the whole run
     duration_s: float
     aggregate_window_variance: float  # variance over time of the sum of the N windows (ms^2)
     coupling: float  # see ``oscillation``: 1 independent windows, N lockstep
@@ -68,12 +69,14 @@ class _Fleet:
         self.device_queue: deque = deque()
         self.device_busy = False
         self.busy_intervals: deque = deque()  # (start, end) on the device, recent ones
-        self.met = self.missed = self.rejected = 0
+        self.met = self.missed = self.rejected = self.warmup_answered = 0
+        self.warmup_s = 0.0
         self.wake_gen = [0] * n
         self.windows: list[list[float]] = [[] for _ in range(n)]
         self.zones: list[list[int]] = [[] for _ in range(n)]
 
     def run(self, tick_s: float, sample_s: float, warmup_s: float) -> FleetResult:
+        self.warmup_s = warmup_s
         heap: list = []
         seq = itertools.count()
         push = heapq.heappush
@@ -106,8 +109,9 @@ class _Fleet:
         duration = max(end_s - 5.0 - warmup_s, 1e-9)
         osc = oscillation(self.windows, self.zones, sample_s)
         return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
-                           self.rejected, duration, osc["aggregate_variance"], osc["coupling"],
-                           osc["flips_per_minute"], osc["samples"])
+                           self.warmup_answered, self.rejected, duration,
+                           osc["aggregate_variance"], osc["coupling"], osc["flips_per_minute"],
+                           osc["samples"])
 
     def _arrive(self, k: int, now: float) -> None:
         a = self.arrivals[k]
@@ -168,6 +172,9 @@ class _Fleet:
         self.device_busy = False
         self.on_device[i] = False
         for req in batch:
+            if req.arrival_s < self.warmup_s:
+                self.warmup_answered += 1  # goodput counts the sampled part, like the windows
+                continue
             if (now - req.arrival_s) * 1000.0 <= req.sla_ms + 1e-9:
                 self.met += 1
             else:
@@ -177,19 +184,21 @@ class _Fleet:
 
 
 def oscillation(windows: Sequence[Sequence[float]], zones: Sequence[Sequence[int]],
-                sample_s: float) -> dict[str, float]:
+                sample_s: float, duration_s: float | None = None) -> dict[str, float]:
     """How N controllers moved, from their windows (ms) and zones sampled every
     ``sample_s``: samples; aggregate_variance (of the sum of the windows over time, ms^2);
     coupling (that variance over N x the mean variance of one window: 1 when the windows
     move independently, N in lockstep); flips_per_minute (zone changes, all controllers);
-    time_out_of_safe (share of the samples outside the safe zone)."""
+    time_out_of_safe (share of the samples outside the safe zone). ``duration_s``: the
+    time the samples span, where it is not their count x ``sample_s`` (a live sampler that
+    fell behind)."""
     n = min((len(w) for w in windows), default=0)
     windows = [list(w[:n]) for w in windows]
     zones = [list(z[:n]) for z in zones]
     aggregate = statistics.pvariance([sum(x) for x in zip(*windows)]) if n > 1 else math.nan
     one = statistics.mean(statistics.pvariance(w) for w in windows) if n > 1 else 0.0
     flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in zones)
-    minutes = n * sample_s / 60.0
+    minutes = (n * sample_s if duration_s is None else duration_s) / 60.0
     return {"samples": n, "aggregate_variance": aggregate,
             "coupling": aggregate / (len(windows) * one) if one else math.nan,
             "flips_per_minute": flips / minutes if minutes else 0.0,
