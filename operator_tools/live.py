@@ -38,8 +38,11 @@ ANY_WINDOW_IS_STABLE = ("--stability-percentage", "1000")
 class PluginSnapshot:
     """One scrape of one explicit model's control-state metrics.
 
-    ``gauges`` are keyed by the catalogue name without prefix (``window_ms``, ...);
-    counters are cumulative since the model was (re)loaded."""
+    ``gauges`` are keyed by the catalogue name without prefix (``window_seconds``, ...)
+    and combine the model's instances (``instance_gauges``, by the ``model_instance``
+    label): the queue depth is their sum (what the model holds), the zone the worst one,
+    every other gauge their mean. Counters are summed over the instances and cumulative
+    since the model was (re)loaded."""
 
     taken_s: float  # monotonic seconds
     wall_s: float  # time.time() of the scrape (perf_analyzer's timestamps are wall clock)
@@ -48,6 +51,7 @@ class PluginSnapshot:
     batch_size_sum: float = 0.0
     batch_size_count: float = 0.0
     profiles: tuple[str, ...] = ()  # profile_info series at 1 (a reload can leave the old one)
+    instance_gauges: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def profile(self) -> str | None:
@@ -71,7 +75,7 @@ def parse_plugin_metrics(text: str, model: str, taken_s: float = 0.0,
 
     Raises ``MetricsParseError`` when the page is not a Prometheus page or carries no
     control-state metric for ``model`` (not an explicit model, or not loaded)."""
-    gauges: dict[str, float] = {}
+    per_instance: dict[str, dict[str, float]] = {}
     sla: dict[tuple[str, str], float] = {}
     batch_sum = batch_count = 0.0
     profiles: list[str] = []
@@ -85,20 +89,35 @@ def parse_plugin_metrics(text: str, model: str, taken_s: float = 0.0,
             key = (s.labels.get("sla_class", ""), s.labels.get("outcome", ""))
             sla[key] = sla.get(key, 0.0) + value
         elif name == "batch_size_sum":
-            batch_sum = value
+            batch_sum += value
         elif name == "batch_size_count":
-            batch_count = value
+            batch_count += value
         elif name == "profile_info":
             if value == 1.0 and s.labels.get("profile"):
                 profiles.append(s.labels["profile"])
         elif not name.endswith(("_total", "_bucket", "_sum", "_count", "_created")):
-            gauges[name] = value
+            per_instance.setdefault(s.labels.get("model_instance", ""), {})[name] = value
     if not seen:
         raise MetricsParseError(
             f"no {PREFIX}* metrics for model '{model}' on the page: is it an explicit-control "
             "model, and loaded?")
-    return PluginSnapshot(taken_s, wall_s, gauges, sla, batch_sum, batch_count,
-                          tuple(sorted(set(profiles))))
+    return PluginSnapshot(taken_s, wall_s, combine_instances(per_instance), sla, batch_sum,
+                          batch_count, tuple(sorted(set(profiles))), per_instance)
+
+
+def combine_instances(per_instance: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """One model's gauges from its instances': the queue depth summed, the worst zone,
+    the mean of every other gauge (see ``PluginSnapshot``)."""
+    values: dict[str, list[float]] = {}
+    for gauges in per_instance.values():
+        for name, value in gauges.items():
+            values.setdefault(name, []).append(value)
+    combined = {name: sum(v) / len(v) for name, v in values.items()}
+    if "queue_depth" in values:
+        combined["queue_depth"] = sum(values["queue_depth"])
+    if "zone" in values:
+        combined["zone"] = max(values["zone"])
+    return combined
 
 
 def snapshot(metrics_url: str, model: str, fetch: Callable[[str], str] = scrape,

@@ -50,10 +50,15 @@ def get_json(url: str, timeout_s: float = 5.0) -> Any:
 
 def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
     """{(metric name, model label): value} of the gauges that say how much a model holds:
-    the explicit models' queue depth and Triton's pending-request count. Raises OSError
-    when the page cannot be fetched, ``MetricsParseError`` when it is not a metrics page."""
-    return {(s.name, s.labels.get("model", "")): float(s.value)
-            for s in read_samples(scrape(metrics_url, timeout_s)) if s.name in QUEUE_GAUGES}
+    the explicit models' queue depth and Triton's pending-request count, each summed over
+    the model's series (one per instance, ``model_instance``). Raises OSError when the page
+    cannot be fetched, ``MetricsParseError`` when it is not a metrics page."""
+    out: dict[tuple[str, str], float] = {}
+    for s in read_samples(scrape(metrics_url, timeout_s)):
+        if s.name in QUEUE_GAUGES:
+            key = (s.name, s.labels.get("model", ""))
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
 
 
 # -- the one background sampler ---------------------------------------------------------
@@ -137,8 +142,11 @@ _MODEL_COUNTERS = {"nv_inference_compute_infer_duration_us": "compute_us",
 
 
 def parse_model_samples(text: str, models: Sequence[str]) -> dict[str, ModelSample]:
-    """The per-model values compare and the benchmark need from Triton's metrics text."""
+    """The per-model values compare and the benchmark need from Triton's metrics text:
+    counters summed over the model's series, the utilisation gauge the mean of its
+    instances'."""
     out = {m: ModelSample() for m in models}
+    utilization: dict[str, list[float]] = {}
 
     def add(sample: ModelSample, attr: str, value: float) -> None:
         setattr(sample, attr, (getattr(sample, attr) or 0.0) + value)
@@ -152,11 +160,13 @@ def parse_model_samples(text: str, models: Sequence[str]) -> dict[str, ModelSamp
         if base in _MODEL_COUNTERS:
             add(out[model], _MODEL_COUNTERS[base], s.value)
         elif s.name == EXPLICIT_GAUGE:
-            out[model].gauge = s.value
+            utilization.setdefault(model, []).append(float(s.value))
         elif s.name == PADDING_HISTOGRAM + "_sum":
             add(out[model], "padding_sum", s.value)
         elif s.name == PADDING_HISTOGRAM + "_count":
             add(out[model], "padding_count", s.value)
+    for model, values in utilization.items():
+        out[model].gauge = statistics.fmean(values)
     return out
 
 

@@ -88,6 +88,23 @@ nv_inference_pending_request_count{model="m_native",version="1"} 5
         ("nv_inference_pending_request_count", "m_native"): 5.0}
 
 
+def test_a_model_with_two_instances_is_read_as_one_model(monkeypatch):
+    # instance_group count 2: one series per instance (label model_instance).
+    page = METRICS.replace(
+        'explicit_batching_utilization_ratio{model="m_explicit"} 0.42',
+        'explicit_batching_utilization_ratio{model="m_explicit",model_instance="m_explicit_0_0"} 0.4\n'
+        'explicit_batching_utilization_ratio{model="m_explicit",model_instance="m_explicit_0_1"} 0.6'
+    ) + """\
+# TYPE explicit_batching_queue_depth gauge
+explicit_batching_queue_depth{model="m_explicit",model_instance="m_explicit_0_0"} 3
+explicit_batching_queue_depth{model="m_explicit",model_instance="m_explicit_0_1"} 4
+"""
+    assert M.parse_model_samples(page, ["m_explicit"])["m_explicit"].gauge == pytest.approx(0.5)
+    monkeypatch.setattr(M, "scrape", lambda url, timeout_s: page)
+    assert M.queue_gauges("http://m/metrics") == {("explicit_batching_queue_depth",
+                                                   "m_explicit"): 7.0}
+
+
 def test_inside_keeps_intervals_wholly_within_a_span():
     series = [(0, 10, 0.1), (10, 20, 0.2), (15, 25, 0.3)]
     assert M.inside(series, [(0, 20)]) == [0.1, 0.2]

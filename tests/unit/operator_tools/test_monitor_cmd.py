@@ -99,6 +99,22 @@ def test_page_parses_into_a_snapshot():
     assert snap.profile == "t4_calibrated"
 
 
+def test_two_instances_make_one_snapshot():
+    lines = []
+    for i, (zone, window_s, depth, batches) in enumerate(((0, 0.004, 3, 10), (2, 0.006, 5, 30))):
+        labels = f'model="{MODEL}",model_instance="{MODEL}_0_{i}"'
+        lines += [f"{PREFIX}zone{{{labels}}} {zone}", f"{PREFIX}window_seconds{{{labels}}} {window_s}",
+                  f"{PREFIX}queue_depth{{{labels}}} {depth}",
+                  f"{PREFIX}batch_size_sum{{{labels}}} {batches * 2}",
+                  f"{PREFIX}batch_size_count{{{labels}}} {batches}"]
+    snap = live.parse_plugin_metrics("\n".join(lines) + "\n", MODEL)
+    assert set(snap.instance_gauges) == {f"{MODEL}_0_0", f"{MODEL}_0_1"}
+    assert snap.gauges["queue_depth"] == 8  # what the model holds
+    assert snap.zone == "danger"  # the worst instance's
+    assert snap.gauges["window_seconds"] == pytest.approx(0.005)
+    assert (snap.batch_size_sum, snap.batch_size_count) == (80, 40)
+
+
 def test_a_reload_that_leaves_two_profile_series_names_no_single_profile():
     page = render_page(profile="t4") + (
         f'{PREFIX}profile_info{{model="{MODEL}",profile="t4_live",reason="x"}} 1\n')
