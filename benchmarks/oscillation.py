@@ -1,10 +1,12 @@
 """Cross-controller oscillation, measured live: every SAMPLE_S, the zone and elastic-window
 gauges of several controllers (servers, or instances of one model), from their metrics
-pages; then the variance of the aggregate window, a coupling index and zone flips."""
+pages; then the variance of the aggregate window, a coupling index and zone flips, over
+the part of the run that is measured (the cold start is not oscillation)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Mapping, Sequence
 
 from scheduler_core.fleet import oscillation
@@ -23,10 +25,13 @@ class ZoneSampler:
         self.sources = list(sources)
         self.zones: list[list[int]] = [[] for _ in self.sources]
         self.windows: list[list[float]] = [[] for _ in self.sources]
+        self.times_s: list[float] = []  # each sampling round, seconds since __enter__
+        self._started = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> "ZoneSampler":
+        self._started = time.monotonic()
         self._thread.start()
         return self
 
@@ -43,12 +48,24 @@ class ZoneSampler:
                         pages[url] = read_samples(fetch_url(url, 2.0))
             except OSError:
                 continue  # a missed sample only thins the series
-            for i, (url, labels) in enumerate(self.sources):
+            taken_s = time.monotonic() - self._started
+            rounds = []
+            for url, labels in self.sources:
                 got = {s.name: s.value for s in pages[url] if s.name in (ZONE, WINDOW)
                        and all(s.labels.get(k) == v for k, v in labels.items())}
-                self.zones[i].append(int(got.get(ZONE, 0)))
-                self.windows[i].append(1000.0 * got.get(WINDOW, 0.0))
+                rounds.append(got)
+            if not all(ZONE in got and WINDOW in got for got in rounds):
+                continue  # a controller without its gauges yet: no round, not a 0 ms window
+            self.times_s.append(taken_s)
+            for i, got in enumerate(rounds):
+                self.zones[i].append(int(got[ZONE]))
+                self.windows[i].append(1000.0 * got[WINDOW])
 
-    def oscillation(self) -> dict[str, float]:
-        """``scheduler_core.fleet.oscillation`` of what was sampled."""
-        return oscillation(self.windows, self.zones, SAMPLE_S)
+    def oscillation(self, start_s: float = 0.0, end_s: float = float("inf")) -> dict[str, float]:
+        """``scheduler_core.fleet.oscillation`` of the rounds sampled between ``start_s``
+        and ``end_s`` seconds after ``__enter__``. On a loaded machine a round takes longer
+        than SAMPLE_S, so the rounds are chosen by their time, not by their count."""
+        keep = [k for k, t in enumerate(self.times_s) if start_s <= t <= end_s]
+        span_s = self.times_s[keep[-1]] - self.times_s[keep[0]] + SAMPLE_S if keep else 0.0
+        return oscillation([[w[k] for k in keep] for w in self.windows],
+                           [[z[k] for k in keep] for z in self.zones], SAMPLE_S, span_s)
