@@ -83,12 +83,14 @@ class ControlLoop:
 
     def __init__(self, cfg: SchedulerConfig, control: ControlConfig, start_s: float = 0.0,
                  seed: int = 0):
-        """``seed``: this controller's draw of jittered decision periods (give each of
-        several controllers on one load its own, e.g. its instance index)."""
+        """``seed``: this controller's draw of jittered decision periods and zone exit
+        dwells (give each of several controllers on one load its own, e.g. its instance
+        index)."""
         self.cfg = cfg
         self.control = control
         self.window = ElasticWindow.from_config(cfg)
-        self.zones = ZoneDetector(control)
+        self._rng = random.Random(seed)
+        self.zones = ZoneDetector(control, self._rng)
         self.clock = LogicalClock(start_s)
         window_s = cfg.perception_window_ms / 1000.0
         self.busy = BusyTracker(window_s)
@@ -100,7 +102,6 @@ class ControlLoop:
         self.control_period_ms = 0.0  # measured interval between the last two decisions
         self._last_perception_s = -math.inf
         self._last_decision_s = -math.inf
-        self._rng = random.Random(seed)
         self._decision_gap_ms = self._next_gap_ms()
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
         self._external: tuple[float, float, str] | None = None  # (value, measured_at_s, source)

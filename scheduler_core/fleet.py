@@ -42,6 +42,7 @@ class FleetResult:
     aggregate_window_variance: float  # variance over time of the sum of the N windows (ms^2)
     coupling: float  # see ``oscillation``: 1 independent windows, N lockstep
     zone_flips_per_minute: float  # summed over the instances
+    zone_flips_in_step: float  # share of the flips another instance made alike (oscillation)
     samples: int
 
     @property
@@ -111,7 +112,7 @@ class _Fleet:
         return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
                            self.warmup_answered, self.rejected, duration,
                            osc["aggregate_variance"], osc["coupling"], osc["flips_per_minute"],
-                           osc["samples"])
+                           osc["flips_in_step"], osc["samples"])
 
     def _arrive(self, k: int, now: float) -> None:
         a = self.arrivals[k]
@@ -189,17 +190,23 @@ def oscillation(windows: Sequence[Sequence[float]], zones: Sequence[Sequence[int
     ``sample_s``: samples; aggregate_variance (of the sum of the windows over time, ms^2);
     coupling (that variance over N x the mean variance of one window: 1 when the windows
     move independently, N in lockstep); flips_per_minute (zone changes, all controllers);
-    time_out_of_safe (share of the samples outside the safe zone). ``duration_s``: the
-    time the samples span, where it is not their count x ``sample_s`` (a live sampler that
-    fell behind)."""
+    flips_in_step (the share of those changes that another controller made too, from the
+    same zone to the same zone between the same two samples: 0 when no two switch
+    together); time_out_of_safe (share of the samples outside the safe zone).
+    ``duration_s``: the time the samples span, where it is not their count x ``sample_s``
+    (a live sampler that fell behind)."""
     n = min((len(w) for w in windows), default=0)
     windows = [list(w[:n]) for w in windows]
     zones = [list(z[:n]) for z in zones]
     aggregate = statistics.pvariance([sum(x) for x in zip(*windows)]) if n > 1 else math.nan
     one = statistics.mean(statistics.pvariance(w) for w in windows) if n > 1 else 0.0
-    flips = sum(sum(1 for a, b in zip(z, z[1:]) if a != b) for z in zones)
+    changes = [{(k, z[k - 1], z[k]) for k in range(1, n) if z[k] != z[k - 1]} for z in zones]
+    flips = sum(len(c) for c in changes)
+    in_step = sum(1 for i, c in enumerate(changes) for change in c
+                  if any(change in other for j, other in enumerate(changes) if j != i))
     minutes = (n * sample_s if duration_s is None else duration_s) / 60.0
     return {"samples": n, "aggregate_variance": aggregate,
             "coupling": aggregate / (len(windows) * one) if one else math.nan,
             "flips_per_minute": flips / minutes if minutes else 0.0,
+            "flips_in_step": in_step / flips if flips else 0.0,
             "time_out_of_safe": sum(z > 0 for zs in zones for z in zs) / max(1, n * len(zones))}

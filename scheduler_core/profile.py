@@ -120,8 +120,8 @@ class ControlConfig:
     control_period_ms: float = 100.0
     # Several controllers on one load (instance_group count N, server replicas) that see
     # the same inputs decide in step and move together (coupled oscillation). Each
-    # decision period is drawn from control_period_ms * (1 +/- period_jitter), seeded per
-    # controller, and the window follows the elastic window through a first-order filter
+    # decision period, and each zone exit's dwell, is drawn from control_period_ms (or
+    # min_dwell_ms) * (1 +/- period_jitter), seeded per controller, and the window follows the elastic window through a first-order filter
     # with time constant window_time_constant_ms (each decision moves it 1 - exp(-gap / tau)
     # of the way). 0 and 0: one unsmoothed controller, as before.
     period_jitter: float = 0.0

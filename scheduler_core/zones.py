@@ -10,7 +10,10 @@ linear in between. The weighted mean of the pressures is the *score*.
 * safe            otherwise
 
 Entering a worse zone is immediate; leaving it needs the condition to be false by the
-hysteresis margin for ``min_dwell_ms``, so the zone does not flap at a boundary.
+hysteresis margin for ``min_dwell_ms``, so the zone does not flap at a boundary. With
+``period_jitter`` and a seeded ``rng``, each exit's dwell is drawn from ``min_dwell_ms x
+(1 +/- period_jitter)``: controllers that entered a zone together (one load step) leave
+it at different times.
 Pre-warm: explicit control starts once utilisation reaches ``prewarm_utilization``
 (the design: by the time the indicators are in the no-man's land it is too late), and
 stops when it falls ``hysteresis`` below it.
@@ -18,6 +21,7 @@ stops when it falls ``hysteresis`` below it.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from .policy import Zone
@@ -41,8 +45,12 @@ def pressure(value: float, safe: float, danger: float) -> float:
 
 
 class ZoneDetector:
-    def __init__(self, cfg: ControlConfig):
+    def __init__(self, cfg: ControlConfig, rng: random.Random | None = None):
+        """``rng``: this controller's draw of jittered exit dwells (none: every dwell is
+        ``min_dwell_ms``)."""
         self.cfg = cfg
+        self._rng = rng
+        self._dwell_ms = cfg.min_dwell_ms
         weights = (cfg.weight_utilization, cfg.weight_queue_depth, cfg.weight_p99_cv)
         total = sum(weights)
         self._weights = tuple(w / total for w in weights)
@@ -89,7 +97,8 @@ class ZoneDetector:
             else:
                 if self._calm_since_s is None:
                     self._calm_since_s = now_s
-                if (now_s - self._calm_since_s) * 1000.0 >= cfg.min_dwell_ms:
+                    self._dwell_ms = self._next_dwell_ms()
+                if (now_s - self._calm_since_s) * 1000.0 >= self._dwell_ms:
                     self._set(held, now_s)
         else:
             self._calm_since_s = None
@@ -99,6 +108,12 @@ class ZoneDetector:
         elif utilization < cfg.prewarm_utilization - cfg.hysteresis:
             self.prewarmed = False
         return self.reading()
+
+    def _next_dwell_ms(self) -> float:
+        jitter = self.cfg.period_jitter
+        if not jitter or self._rng is None:
+            return self.cfg.min_dwell_ms
+        return self.cfg.min_dwell_ms * (1.0 + jitter * self._rng.uniform(-1.0, 1.0))
 
     def _set(self, zone: Zone, now_s: float) -> None:
         self.zone = zone

@@ -53,5 +53,18 @@ def test_the_coupling_index_is_n_in_lockstep_and_zero_when_windows_cancel():
     assert lockstep["coupling"] == 3.0 and lockstep["samples"] == 4
     assert lockstep["flips_per_minute"] == 6 / (4 * 0.5 / 60.0)
     assert lockstep["time_out_of_safe"] == 0.5
+    assert lockstep["flips_in_step"] == 1.0  # every switch made by the others too
     cancel = oscillation([rising, [5.0 - w for w in rising]], [[0] * 4] * 2, 0.5)
     assert cancel["coupling"] == 0.0 and cancel["aggregate_variance"] == 0.0
+
+
+def test_switches_in_step_count_the_same_change_between_the_same_samples():
+    from scheduler_core.fleet import oscillation
+
+    flat = [5.0, 5.0, 5.0, 5.0, 5.0]
+    # A and B enter zone 1 together; B leaves a sample before A; C switches elsewhere.
+    zones = [[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 0, 2, 2, 2]]
+    out = oscillation([flat] * 3, zones, 0.5)
+    assert out["flips_per_minute"] == 5 / (5 * 0.5 / 60.0)
+    assert out["flips_in_step"] == 2 / 5  # the two entries of zone 1
+    assert oscillation([flat] * 2, [[0] * 5] * 2, 0.5)["flips_in_step"] == 0.0

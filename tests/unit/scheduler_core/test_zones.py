@@ -342,3 +342,38 @@ def test_prewarm_has_no_dwell():
     z = detector(min_dwell_ms=10_000.0)
     z.update(0.0, 0.9, 0, 0.0)
     assert z.update(0.001, 0.1, 0, 0.0).prewarmed is False
+
+
+# -- jittered exit dwell (several controllers on one load) ------------------------------
+
+def _exit_after_s(seed: int | None, jitter: float, exits: int = 8) -> list[float]:
+    """How long each of ``exits`` calm spells took to leave the no-man's land, stepping
+    1 ms at a time."""
+    import random
+
+    cfg = replace(DEFAULT, min_dwell_ms=500.0, period_jitter=jitter)
+    z = ZoneDetector(cfg, None if seed is None else random.Random(seed))
+    took, now = [], 0.0
+    for _ in range(exits):
+        z.update(now, *NML)
+        calm_from = now = round(now + 0.001, 3)
+        while z.update(now, 0.4, 6, 0.2).zone != Zone.SAFE:
+            now = round(now + 0.001, 3)
+        took.append(round(now - calm_from, 3))
+        now = round(now + 0.001, 3)
+    return took
+
+
+def test_without_jitter_or_rng_every_exit_dwells_min_dwell():
+    # (to the 1 ms step, which rounding may overshoot by one)
+    assert _exit_after_s(None, 0.5) == pytest.approx([0.5] * 8, abs=0.0015)
+    assert _exit_after_s(3, 0.0) == pytest.approx([0.5] * 8, abs=0.0015)
+
+
+def test_jittered_exit_dwells_stay_in_the_band_and_differ_between_controllers():
+    first, second = _exit_after_s(0, 0.5), _exit_after_s(1, 0.5)
+    for took in (first, second):
+        assert all(0.25 <= t <= 0.752 for t in took)
+        assert len(set(took)) > 4
+    assert first != second
+    assert _exit_after_s(0, 0.5) == first  # seeded: the same draw again
