@@ -106,7 +106,10 @@ class ControlLoop:
         self._p99_history: deque[float] = deque(maxlen=P99_HISTORY)
         self._external: tuple[float, float, str] | None = None  # (value, measured_at_s, source)
         self._window_ms = cfg.base_window_ms
-        self._last_window_set = False  # the first decision sets the window undamped
+        # Since when arrivals have come without an idle spell of a perception window
+        # (None: no load yet); the window is smoothed only once that is a window old.
+        self._load_since_s: float | None = None
+        self._last_arrival_s = -math.inf
         self._tightest_sla_ms: float | None = None
         self._period_min_sla_ms = math.inf
         self._avg_batch_size = 1.0
@@ -122,6 +125,9 @@ class ControlLoop:
         cost run alone (an SLA it cannot meet even so does not set the reserved capacity:
         say, 0.5 ms must not shrink everyone's batches)."""
         self.arrivals.add(now_s)
+        if now_s - self._last_arrival_s > self.arrivals.window_s:
+            self._load_since_s = now_s  # the load (re)starts after an idle spell
+        self._last_arrival_s = now_s
         if alone_ms <= sla_ms < self._period_min_sla_ms:
             self._period_min_sla_ms = sla_ms
         return self.clock.now(now_s)
@@ -226,17 +232,25 @@ class ControlLoop:
             self.zones.update(now_s, obs.utilization, queue_depth, obs.p99_cv)
         window_ms = self.window.adjusted_ms(obs.utilization, self.delay_variation(now_s))
         tau_ms = self.control.window_time_constant_ms
-        if tau_ms and self._last_window_set:
+        if tau_ms and self._under_settled_load(now_s):
             # First-order smoothing with a time constant, not a per-decision factor, so a
             # jittered period does not change how fast the window follows.
             kept = math.exp(-self.control_period_ms / tau_ms)
             window_ms = kept * self._window_ms + (1.0 - kept) * window_ms
-        self._last_window_set = True
         self._window_ms = window_ms
         base = self.cfg.base_window_ms
         self.clock.set_rate(now_s, base / window_ms if window_ms > 0 and base > 0 else MAX_RATE)
         if self.control.enabled:
             self._check_compensation(now_s)
+
+    def _under_settled_load(self, now_s: float) -> bool:
+        """Whether requests have kept arriving for a whole perception window. Smoothing
+        damps the window's reaction to a load that fluctuates; before that, the window
+        follows the elastic window at once, so an idle device's wide window is not carried
+        into a new load (a cold start, or the end of a lull longer than the window)."""
+        window_s = self.arrivals.window_s
+        return (self._load_since_s is not None and now_s - self._last_arrival_s <= window_s
+                and now_s - self._load_since_s >= window_s)
 
     def _check_compensation(self, now_s: float) -> None:
         """After a P99 breach, size a compensation batch: historical average batch size

@@ -50,40 +50,67 @@ def test_jittered_periods_stay_within_the_band_and_differ_between_seeds():
     assert [round(b - a, 3) for a, b in zip(again, again[1:])] == gaps[0]
 
 
-def _window_after(tau_ms: float, decisions: int, period_ms: float = 100.0) -> list[float]:
-    """The window after each decision: utilisation 0 at the first, 1 from then on."""
+STEP_S = 1.5  # the load has come for 1.5 s (more than the 1 s perception window)
+
+
+def _windows(tau_ms: float, until_s: float, period_ms: float = 100.0,
+             util=lambda now: 0.0 if now < STEP_S else 1.0, arriving=lambda now: True):
+    """(time, window) after each decision, a request arriving at each while ``arriving``."""
     cfg = SchedulerConfig(base_window_ms=10.0, alpha=0.5, beta=0.0, min_window_ms=0.0,
                           max_window_ms=100.0)
     ctl = ControlConfig(control_period_ms=period_ms, perception_period_ms=period_ms,
                         window_time_constant_ms=tau_ms)
     loop = ControlLoop(cfg, ctl)
-    windows = []
-    for k in range(decisions):
-        now = k * period_ms / 1000.0
-        loop.set_external_utilization(0.0 if k == 0 else 1.0, measured_at_s=now)
+    out, k = [], 0
+    while (now := round(k * period_ms / 1000.0, 6)) <= until_s:
+        if arriving(now):
+            loop.on_arrival(now, 1000.0, 1.0)
+        loop.set_external_utilization(util(now), measured_at_s=now)
         loop.tick(now, _Queue())
-        windows.append(loop.state.window_ms)
-    return windows
+        out.append((now, loop.state.window_ms))
+        k += 1
+    return out
+
+
+def _after_step(tau_ms: float, period_ms: float = 100.0, until_s: float = 4.5) -> list[float]:
+    return [w for t, w in _windows(tau_ms, until_s, period_ms) if t >= STEP_S]
 
 
 def test_a_smoothed_window_moves_part_of_the_way_each_decision():
-    # util 0: 10 * (1 + 0.5) = 15 ms; util 1: 10 ms.
-    undamped = _window_after(0.0, 30)
-    damped = _window_after(200.0, 30)
-    assert undamped[0] == damped[0] == pytest.approx(15.0)  # the first decision: as is
-    target = undamped[-1]
-    assert target == pytest.approx(10.0)
-    assert all(abs(d - target) >= abs(u - target) for d, u in zip(damped, undamped))
-    assert abs(damped[3] - target) > 0.5  # still on its way after 200 ms
-    assert damped[-1] == pytest.approx(target, abs=0.01)  # it gets there
+    # util 0: 10 * (1 + 0.5) = 15 ms; util 1: 10 ms. The step comes at STEP_S.
+    undamped = _after_step(0.0)
+    damped = _after_step(200.0)
+    assert undamped[0] == pytest.approx(10.0)  # at once
+    assert damped[0] == pytest.approx(10.0 + 5.0 * math.exp(-100.0 / 200.0))
+    assert all(abs(d - 10.0) >= abs(u - 10.0) for d, u in zip(damped, undamped))
+    assert abs(damped[2] - 10.0) > 0.5  # still on its way 200 ms after the step
+    assert damped[-1] == pytest.approx(10.0, abs=0.01)  # it gets there
 
 
 def test_the_time_constant_holds_whatever_the_decision_period():
-    # 1.1 s after the first decision the window is within exp(-1100 / tau) of its target,
-    # at 50 ms decisions as at 100 ms ones (a per-decision factor would move twice as far
-    # at 50 ms).
+    # 1 s after the step the window is within exp(-1100 / tau) of its target (the decision
+    # at the step already moved it one period's worth), at 50 ms decisions as at 100 ms
+    # ones; a per-decision factor would move twice as far at 50 ms.
     tau_ms = 500.0
-    at_100 = _window_after(tau_ms, 12, period_ms=100.0)  # decision 11: 1.1 s
-    at_50 = _window_after(tau_ms, 23, period_ms=50.0)  # decision 22: 1.1 s
-    assert at_100[11] == pytest.approx(at_50[22], abs=0.01)
-    assert at_100[11] - 10.0 == pytest.approx(5.0 * math.exp(-1100.0 / tau_ms), rel=0.01)
+    at_100 = dict(_windows(tau_ms, STEP_S + 1.0, 100.0))
+    at_50 = dict(_windows(tau_ms, STEP_S + 1.0, 50.0))
+    assert at_100[STEP_S + 1.0] - 10.0 == pytest.approx(5.0 * math.exp(-1100.0 / tau_ms),
+                                                         rel=0.01)
+    assert at_50[STEP_S + 1.0] - 10.0 == pytest.approx(5.0 * math.exp(-1050.0 / tau_ms),
+                                                        rel=0.01)
+
+
+def test_a_cold_start_and_the_end_of_a_long_lull_are_not_smoothed():
+    # An idle device (util 0: 15 ms) meets a load (util 1: 10 ms) at 2 s: for the first
+    # perception window of that load the window follows at once.
+    cold = _windows(3000.0, 4.0, util=lambda now: 0.0 if now < 2.0 else 1.0,
+                    arriving=lambda now: now >= 2.0)
+    assert dict(cold)[2.0] == pytest.approx(10.0)
+    # Under a settled load it is smoothed; after a lull longer than the perception window
+    # (1.5 s, at util 0) it follows at once again.
+    lull = _windows(3000.0, 7.0,
+                    util=lambda now: 1.0 if 2.0 <= now < 3.5 or now >= 5.0 else 0.0,
+                    arriving=lambda now: not 3.5 <= now < 5.0)
+    at = dict(lull)
+    assert at[2.0] > 14.5  # smoothed: the step from 15 ms has barely begun
+    assert at[5.0] == pytest.approx(10.0)  # the load after the lull: at once
