@@ -28,6 +28,7 @@ from .request import QueuedRequest
 
 ARRIVAL, DONE, TICK, WAKE = 0, 1, 2, 3
 UTILIZATION_WINDOW_S = 1.0  # the shared device's busy fraction over this much (NVML-like)
+DRAIN_S = 5.0  # the run goes on this long after the last arrival, for the last answers
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class _Fleet:
         push = heapq.heappush
         for k, a in enumerate(self.arrivals):
             push(heap, (a.time_s, ARRIVAL, next(seq), k))
-        end_s = (self.arrivals[-1].time_s if self.arrivals else 0.0) + 5.0
+        last_arrival_s = self.arrivals[-1].time_s if self.arrivals else 0.0
+        end_s = last_arrival_s + DRAIN_S
         push(heap, (0.0, TICK, next(seq), 0))
         next_sample = warmup_s
         while heap:
@@ -94,7 +96,8 @@ class _Fleet:
                 self._done(payload, now, heap, seq)
             elif kind == TICK:
                 self._tick(now)
-                if now >= next_sample - 1e-12:
+                # Sampled while the load lasts: the drain after it is not oscillation.
+                if next_sample - 1e-12 <= now <= last_arrival_s:
                     self._sample(now)
                     next_sample += sample_s
                 if now + tick_s <= end_s:
@@ -107,7 +110,7 @@ class _Fleet:
                 self._maybe_dispatch(i, now, heap, seq)
         for policy in self.policies:  # whatever is left counts as refused
             self.rejected += len(policy.drain())
-        duration = max(end_s - 5.0 - warmup_s, 1e-9)
+        duration = max(last_arrival_s - warmup_s, 1e-9)
         osc = oscillation(self.windows, self.zones, sample_s)
         return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
                            self.warmup_answered, self.rejected, duration,
