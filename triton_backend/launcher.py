@@ -207,6 +207,21 @@ class TritonServer:
         """Unload ``model`` (Triton returns once the unload has begun)."""
         self._repository(f"models/{model}/unload", {}, timeout_s)
 
+    def reload_model(self, model: str, timeout_s: float = 120.0) -> None:
+        """Unload ``model`` and load it again: a fresh queue, controller and cost refit.
+        The load is retried while Triton still refuses it because the unload has not
+        finished; after ``timeout_s`` its last refusal is raised."""
+        self.unload_model(model)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.load_model(model)
+                return
+            except RuntimeError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+
     def _repository(self, path: str, body: dict, timeout_s: float) -> None:
         req = urllib.request.Request(
             f"http://{self.http_url}/v2/repository/{path}", data=json.dumps(body).encode(),

@@ -209,3 +209,14 @@ def test_unload_with_requests_queued_answers_every_request(fault_server):
         assert client.is_model_ready(MODEL)
     finally:
         client.close()
+
+
+def test_reload_model_loads_a_fresh_model_that_serves(fault_server):
+    # The benchmarks' way to start a run from fresh controllers (TritonServer.reload_model).
+    fault_server.reload_model(MODEL)
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    try:
+        assert client.is_model_ready(MODEL)
+        assert client.infer(MODEL, _inputs(_ids())).as_numpy("EMBEDDING").shape == (1, 384)
+    finally:
+        client.close()
