@@ -61,11 +61,14 @@ class ZoneSampler:
                 self.zones[i].append(int(got[ZONE]))
                 self.windows[i].append(1000.0 * got[WINDOW])
 
-    def oscillation(self, start_s: float = 0.0, end_s: float = float("inf")) -> dict[str, float]:
+    def oscillation(self, start_s: float = 0.0, end_s: float = float("inf"),
+                    sources: Sequence[int] | None = None) -> dict[str, float]:
         """``scheduler_core.fleet.oscillation`` of the rounds sampled between ``start_s``
-        and ``end_s`` seconds after ``__enter__``. On a loaded machine a round takes longer
-        than SAMPLE_S, so the rounds are chosen by their time, not by their count."""
+        and ``end_s`` seconds after ``__enter__``, over the controllers at ``sources``
+        (indices into the sources given; default all). On a loaded machine a round takes
+        longer than SAMPLE_S, so the rounds are chosen by their time, not by their count."""
         keep = [k for k, t in enumerate(self.times_s) if start_s <= t <= end_s]
         span_s = self.times_s[keep[-1]] - self.times_s[keep[0]] + SAMPLE_S if keep else 0.0
-        return oscillation([[w[k] for k in keep] for w in self.windows],
-                           [[z[k] for k in keep] for z in self.zones], SAMPLE_S, span_s)
+        chosen = range(len(self.sources)) if sources is None else sources
+        return oscillation([[self.windows[i][k] for k in keep] for i in chosen],
+                           [[self.zones[i][k] for k in keep] for i in chosen], SAMPLE_S, span_s)

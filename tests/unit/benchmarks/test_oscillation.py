@@ -90,3 +90,6 @@ def test_the_measured_part_is_chosen_by_time(page):
     assert measured["aggregate_variance"] == pytest.approx(0.0)
     assert whole["aggregate_variance"] > 0.1  # the cold start moved the sum: 12 ms, then 10
     assert sampler.oscillation(end_s=-1.0)["samples"] == 0
+    one = sampler.oscillation(start_s=sampler.times_s[before + 1], sources=[0])
+    assert one["samples"] == measured["samples"] and one["aggregate_variance"] == 0.0
+    assert sampler.oscillation(sources=[1])["aggregate_variance"] > 0.1  # 3 ms, then 5
