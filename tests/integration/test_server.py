@@ -215,11 +215,14 @@ def test_batches_form_under_concurrent_load(server):
     stats_client = httpclient.InferenceServerClient(server.http_url)
     before = _inner_counts(stats_client, "emulated_device")
 
+    start = threading.Barrier(len(ids), timeout=60)  # hang guard: all 64 threads ready
+
     def one(seq):
         client = httpclient.InferenceServerClient(server.http_url)
         try:
-            return client.infer("emulated_explicit_bls",
-                                _inputs(httpclient, seq, np.int64, 1000.0))
+            inputs = _inputs(httpclient, seq, np.int64, 1000.0)
+            start.wait()  # the 64 requests go out together, not as threads happen to start
+            return client.infer("emulated_explicit_bls", inputs)
         finally:
             client.close()
 
@@ -233,8 +236,10 @@ def test_batches_form_under_concurrent_load(server):
     sequences, batches = after[0] - before[0], after[1] - before[1]
     assert sequences == 64
     # intake hold (the default) batches what Triton hands over in one call, with no window
-    # to wait for more: 64 clients starting one by one came over as 17 batches once.
-    assert batches <= 64 / 3, f"{batches} batches for 64 sequences: the queue did not batch"
+    # to wait for more, so how many batches depends on how the arrivals fell: 64 clients
+    # starting one by one came over as 17 batches once and 23 another time. Unbatched
+    # would be 64; the bound asks for two sequences a batch on average.
+    assert batches <= 64 / 2, f"{batches} batches for 64 sequences: the queue did not batch"
 
 
 def test_infeasible_deadline_is_refused_at_once(server):
