@@ -5,8 +5,8 @@ scaled alike) in each server, HAProxy balancing gRPC requests round-robin, one o
 load generator. The same Poisson arrivals go to 1, 2 and 3 servers. Then, on the 3
 servers, the shipped default and a variant with smoothed controllers
 (``control.window_time_constant_ms`` 3000, as docs/scale-out.md advises for replicas)
-take turns, A B B A; during those runs every
-server's zone and elastic window are scraped, for cross-server oscillation.
+take turns, A B B A; during those runs every server's zone and elastic window are
+scraped, for cross-server oscillation.
 
     .venv/bin/python scripts/multi_server.py [--out results/multi_server.md]
 
@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from benchmarks import benchmark as B
+from benchmarks.bench import LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS
 from benchmarks.loadgen import run_load
 from benchmarks.oscillation import SAMPLE_S, ZoneSampler
 from benchmarks.pages import write_page
@@ -39,13 +40,12 @@ from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer, free
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "multi_server.md")
 MODEL = "emulated_explicit"
-DESYNC = "emulated_explicit_smoothed"  # the variant, beside the shipped default
-DESYNC_PARAMS = {"control.window_time_constant_ms": "3000"}
+SMOOTHED = "emulated_explicit_smoothed"  # the variant, beside the shipped default
+SMOOTHED_PARAMS = {"control.window_time_constant_ms": "3000"}
 SERVERS = 3
 TIME_SCALE = 20.0
 LOAD = 0.6  # of the three servers' capacity together
-SLA_CLASSES_MS = tuple(s * TIME_SCALE for s in (50.0, 100.0, 200.0))
-LENGTHS = W.LogNormalLengths(median=64.0, sigma=0.8, lo=16, hi=512)
+SLA_CLASSES_MS = tuple(s * TIME_SCALE for s in BENCH_SLA_CLASSES_MS)  # the bench's mix
 WARMUP_S, MEASURE_S, SEED = 10.0, 20.0, 11  # the first 10 s: the cold start, not counted
 HAPROXY_CONFIG = """global
   maxconn 4096
@@ -92,7 +92,7 @@ def _haproxy(tmp: str, servers: list[TritonServer]) -> tuple[subprocess.Popen, s
 def fresh(server: TritonServer, model: str) -> None:
     """``model`` freshly loaded (a new queue, controller and cost refit) and the other of
     the two unloaded, so no idle stubs of it run beside."""
-    for other in {MODEL, DESYNC} - {model}:
+    for other in {MODEL, SMOOTHED} - {model}:
         server.unload_model(other)
     server.reload_model(model)
 
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(repo)
         params = {"time_scale": f"{TIME_SCALE:g}", "hardware_profile": "t4"}
         copy_model(MODEL, repo, params=params)
-        copy_model(MODEL, repo, DESYNC, params={**params, "profile_dir": f"{DESYNC}/profiles",
-                                                **DESYNC_PARAMS})
+        copy_model(MODEL, repo, SMOOTHED,
+                   params={**params, "profile_dir": f"{SMOOTHED}/profiles", **SMOOTHED_PARAMS})
         servers = [TritonServer(repo, log_path=os.path.join(tmp, f"server{i}.log"),
                                 exit_timeout_s=10,
                                 extra_args=("--model-control-mode=explicit",
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(1, SERVERS + 1):
                 result, stats, _ = _run(servers[:k], tmp, MODEL, arrivals)
                 rows.append((k, result, stats))
-            for model in (MODEL, DESYNC, DESYNC, MODEL):
+            for model in (MODEL, SMOOTHED, SMOOTHED, MODEL):
                 turns.append((model, *_run(servers, tmp, model, arrivals)))
         finally:
             for srv in servers:
@@ -173,8 +173,8 @@ def write_report(path: str, cap: float, offered: float, rows, turns) -> None:
                      f"{s.p99_ms:,.1f} | {sum(s.errors.values())} | {result.lost} | "
                      f"{s.send_lag_p99_ms:.1f} |")
     lines += ["", f"Then the {SERVERS} servers again, the shipped default (`{MODEL}`) and the "
-              f"smoothed variant (`{DESYNC}`: "
-              + ", ".join(f"`{k}` {v}" for k, v in DESYNC_PARAMS.items())
+              f"smoothed variant (`{SMOOTHED}`: "
+              + ", ".join(f"`{k}` {v}" for k, v in SMOOTHED_PARAMS.items())
               + ") in turns, each run on freshly loaded models; the zone and window gauges of "
               f"every server scraped every {SAMPLE_S:g} s over the measured part (coupling "
               f"index: 1 independent windows, {SERVERS} lockstep).", "",
@@ -190,10 +190,10 @@ def write_report(path: str, cap: float, offered: float, rows, turns) -> None:
                      f"{osc['time_out_of_safe']:.1%} | {s.send_lag_p99_ms:.1f} |")
     mean = {m: (statistics.mean(o["aggregate_variance"] for n, _, _, o in turns if n == m),
                 statistics.mean(s.goodput_rps for n, _, s, _ in turns if n == m))
-            for m in (MODEL, DESYNC)}
-    lines += ["", f"Mean of each: aggregate window variance {mean[DESYNC][0]:.4f} vs "
-              f"{mean[MODEL][0]:.4f} ms^2 (**{mean[DESYNC][0] / mean[MODEL][0]:.2f}x** the "
-              f"shipped default's), goodput {mean[DESYNC][1]:,.1f} vs {mean[MODEL][1]:,.1f} "
+            for m in (MODEL, SMOOTHED)}
+    lines += ["", f"Mean of each: aggregate window variance {mean[SMOOTHED][0]:.4f} vs "
+              f"{mean[MODEL][0]:.4f} ms^2 (**{mean[SMOOTHED][0] / mean[MODEL][0]:.2f}x** the "
+              f"shipped default's), goodput {mean[SMOOTHED][1]:,.1f} vs {mean[MODEL][1]:,.1f} "
               "req/s.", ""]
     write_page(path, lines)
 
