@@ -4,11 +4,19 @@ A server of its own runs a copy of emulated_explicit with the EMULATED device sl
 so latencies are tens of ms and the client's own fixed overhead (gRPC in Python, ~1 ms)
 stays a small share of them. An open-loop load of three SLA classes runs; P50 and P99 per
 class are computed client-side and estimated from the histogram buckets the way
-Prometheus's ``histogram_quantile`` does. The server's figure may not exceed the client's
-by more than 10 % (bucket interpolation): it cannot see latency the client did not. It may
-fall short by the transport time the server does not see - about 5 % here idle, 20 % at
-one P99 on a loaded fresh machine - but never by half (a histogram that lost latency).
-How close they are is printed, a measurement, not a bound a busy machine can miss.
+Prometheus's ``histogram_quantile`` does.
+
+The server's figure may not exceed the client's by more than 10 % (bucket interpolation):
+it cannot see latency the client did not. It may fall short by the transport time the
+server does not see, but never by half (a histogram that lost latency). How close they are
+is printed, a measurement, not a bound a busy machine can miss: at 80 req/s the shortfall
+was ~5 % idle and at most 31 % (one P99) with the whole test on a quarter of one core.
+
+The load stays well inside the device's capacity. Past it, requests wait in Triton's
+queue, which intake hold cannot see (it only estimates when they arrived), and the
+plugin's figures fall short of the client's by that wait: a CI run at 160 req/s, 0.75 of
+the capacity below, did (server 78 ms, client 244 ms at one P50), and so did 160 req/s on
+a third of one core here. Triton's own mean queue wait is printed beside the figures.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from sidecar.triton_metrics import fetch_url, read_samples
+from sidecar.triton_metrics import fetch_url, parse_metrics, rates, read_samples
 from tests.conftest import SHIPPED_REPOSITORY
 from triton_backend.intake_config import hold_config
 from triton_backend.metric_catalog import (LATENCY_BUCKETS, LATENCY_PUBLISH_PERIOD_S, PREFIX,
@@ -31,8 +39,11 @@ from triton_backend.metric_catalog import (LATENCY_BUCKETS, LATENCY_PUBLISH_PERI
 pytestmark = pytest.mark.integration
 MODEL = "latency_explicit"
 SLA_MS = (150.0, 400.0, 2000.0)  # classes le200ms, le1000ms, gt1000ms
-RATE = 160.0  # requests per second, open loop: ~400 a class, so each P99 has ~4 beyond it
-DURATION_S = 7.5
+# Requests per second, open loop. The EMULATED t4 at time scale 10 batches this mix (8-64
+# tokens, FIFO, padded to the longest, 32 a batch) at ~210 req/s: (1.2 + 32 * (0.02 +
+# 0.0065 * 64)) ms * 10 a batch of 32. 80 is 0.38 of that, with room for a slow host.
+RATE = 80.0
+DURATION_S = 15.0  # ~400 a class, so each P99 has ~4 beyond it
 TOLERANCE = 0.10  # the server above the client: bucket interpolation only
 TRANSPORT_SHARE_MAX = 0.5  # the server below the client: transport, never half of it
 
@@ -157,9 +168,13 @@ def test_latency_histograms_agree_with_client_percentiles(latency_server):
     time.sleep(LATENCY_PUBLISH_PERIOD_S + 0.3)
     before = {n: histograms(url, n) for n in ("request_duration_seconds",
                                               "queue_duration_seconds")}
+    triton_before = parse_metrics(fetch_url(url, 5))
     client_latency = run_open_loop(latency_server.grpc_url)
     time.sleep(LATENCY_PUBLISH_PERIOD_S + 0.3)
     after = {n: histograms(url, n) for n in before}
+    # Triton's own mean wait in its queue, which the plugin cannot see: when the plugin's
+    # figures fall short, this says whether the load outran this machine.
+    unseen_ms = rates(triton_before, parse_metrics(fetch_url(url, 5)), 1.0)[MODEL].avg_queue_ms
     request = delta(after["request_duration_seconds"], before["request_duration_seconds"])
     queued = delta(after["queue_duration_seconds"], before["queue_duration_seconds"])
 
@@ -180,5 +195,6 @@ def test_latency_histograms_agree_with_client_percentiles(latency_server):
                         f"(n={len(seen)})")
             if not (1 - TRANSPORT_SHARE_MAX) * client_s <= server_s <= (1 + TOLERANCE) * client_s:
                 failures.append(rows[-1])
+    rows.append(f"Triton's queue (unseen by the plugin): {unseen_ms:.1f} ms a request on average")
     print("\n".join(rows))
     assert not failures, "\n".join(rows)
