@@ -58,12 +58,12 @@ def simulate_fleet(policies: Sequence[Any], arrivals: Sequence[Any],
     """Route ``arrivals`` (``time_s``, ``seq_len``, ``sla_ms``; sorted) round-robin over
     ``policies`` (one ``Scheduler`` each), ticking each every ``tick_s`` and sampling the
     windows and zones every ``sample_s`` after ``warmup_s``."""
-    return _Fleet(policies, arrivals, cost_model, cost_mode, time_scale).run(
-        tick_s, sample_s, warmup_s)
+    return _Fleet(policies, arrivals, cost_model, cost_mode, time_scale, warmup_s).run(
+        tick_s, sample_s)
 
 
 class _Fleet:
-    def __init__(self, policies, arrivals, cost_model, cost_mode, time_scale):
+    def __init__(self, policies, arrivals, cost_model, cost_mode, time_scale, warmup_s):
         self.policies, self.arrivals = list(policies), list(arrivals)
         self.cost_model, self.cost_mode, self.time_scale = cost_model, cost_mode, time_scale
         n = len(self.policies)
@@ -72,13 +72,13 @@ class _Fleet:
         self.device_busy = False
         self.busy_intervals: deque = deque()  # (start, end) on the device, recent ones
         self.met = self.missed = self.rejected = self.warmup_answered = 0
-        self.warmup_s = 0.0
+        self.warmup_s = warmup_s
         self.wake_gen = [0] * n
         self.windows: list[list[float]] = [[] for _ in range(n)]
         self.zones: list[list[int]] = [[] for _ in range(n)]
 
-    def run(self, tick_s: float, sample_s: float, warmup_s: float) -> FleetResult:
-        self.warmup_s = warmup_s
+    def run(self, tick_s: float, sample_s: float) -> FleetResult:
+        warmup_s = self.warmup_s
         heap: list = []
         seq = itertools.count()
         push = heapq.heappush
