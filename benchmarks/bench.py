@@ -67,6 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,12 +175,20 @@ def profile(name: str, cost_mode: str | None = None, time_scale: float | None = 
     return with_emulation(p, changes, "bench") if changes else p
 
 
+def emulated_capacity_rps(name: str, lengths: Sequence[int], time_scale: float = 1.0,
+                          cost_mode: str = "padded") -> float:
+    """The EMULATED device of profile ``name`` serving ``lengths`` in full batches of
+    similar lengths, slowed ``time_scale`` times (req/s): the capacity every live script
+    offers its load against."""
+    p = profile(name)
+    return capacity_rps(p.cost_model, cost_mode, time_scale, lengths,
+                        p.scheduler.max_batch_size, p.scheduler.max_batch_tokens)
+
+
 @functools.lru_cache(maxsize=None)
 def capacity_at_device_speed(name: str, cost_mode: str) -> float:
-    p = profile(name)
-    lengths = W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS)
-    return capacity_rps(p.cost_model, cost_mode, 1.0, lengths, p.scheduler.max_batch_size,
-                        p.scheduler.max_batch_tokens)
+    return emulated_capacity_rps(name, W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS),
+                                 cost_mode=cost_mode)
 
 
 def bench_time_scale(name: str) -> float:

@@ -27,15 +27,14 @@ import tempfile
 import threading
 
 from benchmarks import benchmark as B
-from benchmarks.bench import LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS
+from benchmarks.bench import (LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS,
+                              emulated_capacity_rps)
 from benchmarks.loadgen import run_load
 from benchmarks.pages import write_page
 from benchmarks.oscillation import SAMPLE_S, ZoneSampler
 from benchmarks.repository import copy_model
 from scheduler_core import workload as W
-from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import capacity_rps
-from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
+from triton_backend.launcher import TritonServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "instances_desync.md")
@@ -89,11 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-time-constant-ms", type=float, default=3000.0)
     args = parser.parse_args(argv)
     pair = variants(args.period_jitter, args.window_time_constant_ms)
-    profile = load_profile(profile_path(os.path.join(DEFAULT_MODEL_REPOSITORY,
-                                                     "emulated_explicit", "profiles"), "t4"))
-    cap = capacity_rps(profile.cost_model, "padded", TIME_SCALE,
-                       W.sample_lengths(20_000, 1, LENGTHS), profile.scheduler.max_batch_size,
-                       profile.scheduler.max_batch_tokens)
+    cap = emulated_capacity_rps("t4", W.sample_lengths(20_000, 1, LENGTHS), TIME_SCALE)
     # Two instances, two emulated devices: bursts to 1.2x of both, lulls at 0.3x.
     process = W.Bursty(0.3 * 2 * cap, 1.2 * 2 * cap, 2.0, 0.5)
     arrivals = W.generate(process, WARMUP_S + MEASURE_S, SEED, LENGTHS, W.SlaMix(SLA_CLASSES_MS))

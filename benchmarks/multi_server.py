@@ -27,15 +27,14 @@ import tempfile
 import time
 
 from benchmarks import benchmark as B
-from benchmarks.bench import LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS
+from benchmarks.bench import (LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS,
+                              emulated_capacity_rps)
 from benchmarks.loadgen import run_load
 from benchmarks.oscillation import SAMPLE_S, ZoneSampler
 from benchmarks.pages import write_page
 from benchmarks.repository import copy_model
 from scheduler_core import workload as W
-from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import capacity_rps
-from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer, free_ports
+from triton_backend.launcher import TritonServer, free_ports
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "multi_server.md")
@@ -64,11 +63,7 @@ backend tritons
 
 
 def capacity_per_server() -> float:
-    profile = load_profile(profile_path(os.path.join(DEFAULT_MODEL_REPOSITORY, MODEL,
-                                                     "profiles"), "t4"))
-    lengths = W.sample_lengths(20_000, 1, LENGTHS)
-    return capacity_rps(profile.cost_model, "padded", TIME_SCALE, lengths,
-                        profile.scheduler.max_batch_size, profile.scheduler.max_batch_tokens)
+    return emulated_capacity_rps("t4", W.sample_lengths(20_000, 1, LENGTHS), TIME_SCALE)
 
 
 def _haproxy(tmp: str, servers: list[TritonServer]) -> tuple[subprocess.Popen, str]:

@@ -110,7 +110,7 @@ from benchmarks.loadgen import (Arrival, LoadGenerator, LoadResult, concat_phase
 from operator_tools.records import OK
 from scheduler_core import workload as W
 from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import capacity_rps
+from benchmarks.bench import emulated_capacity_rps
 from scheduler_core.stats import percentile
 from operator_tools.measure import PeriodicSampler, queue_gauges, scrape
 from benchmarks.procinfo import cpu_s, find_stub, is_stub, rss_mb, threads
@@ -290,11 +290,9 @@ class ResourceMonitor:
 # -- workload and capacity ----------------------------------------------------------------
 
 def capacity() -> tuple[float, object]:
-    profile = load_profile(profile_path(PROFILE_DIR, PROFILE))
-    lengths = W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS)
-    cap = capacity_rps(profile.cost_model, "padded", TIME_SCALE, lengths,
-                       profile.scheduler.max_batch_size, profile.scheduler.max_batch_tokens)
-    return cap, profile
+    cap = emulated_capacity_rps(PROFILE, W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS),
+                                TIME_SCALE)
+    return cap, load_profile(profile_path(PROFILE_DIR, PROFILE))
 
 
 def poisson(rate_rps: float, duration_s: float, seed: int) -> list[W.Arrival]:
