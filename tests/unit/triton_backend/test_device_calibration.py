@@ -235,4 +235,6 @@ def test_real_emulated_device_smoke():
     res = measure_cost_table(dev.run, [1, 4], [16], budget_s=5.0, warmups=1, repeats=3)
     assert res.complete
     for row in res.rows:
-        assert 1.9 <= row["ms"] <= 20.0
+        # never shorter than the 2 ms the device sleeps; the top only tells ms from us or
+        # s (how much longer a busy machine takes is not this test's business)
+        assert 1.9 <= row["ms"] < 1000.0
