@@ -257,7 +257,8 @@ class ExplicitModel:
         """A threaded intake (release, gather): queue the call's requests for the scheduler
         thread and return (gather: once the batch in flight has ended)."""
         now = time.monotonic()
-        queued, min_sla_ms, _ = self._decode_call(requests, self.intake.call_arrival(now))
+        queued, min_sla_ms, _ = self._decode_call(requests,
+                                                  self.intake.call_arrival(now, len(requests)))
         generation = self.intake.generation()  # a release from now on lets it return
         self.dispatcher.submit(queued, now)
         self.intake.after_queued(len(requests), min_sla_ms, generation)
@@ -277,8 +278,8 @@ class ExplicitModel:
         if waker is not None:
             waker.call_started()
         responses: list = [None] * len(requests)
-        queued, _, wakes = self._decode_call(requests, self.intake.call_arrival(now),
-                                             responses)
+        queued, _, wakes = self._decode_call(
+            requests, self.intake.call_arrival(now, len(requests)), responses)
         self.dispatcher.submit(queued, now)
         self.dispatcher.flush_queue(lambda: self._send_ready(requests, responses))
         done = time.monotonic()

@@ -28,8 +28,9 @@ one's ``config.pbtxt``; ``ExplicitModel`` (``explicit_model``) drives them.
 
 The driver contract (``ExplicitModel``), for every intake:
 
-1. ``call_arrival(now_s)`` at the start of every ``execute()`` call, before decoding:
-   when this call's requests arrived (the deadlines and latency metrics count from it).
+1. ``call_arrival(now_s, requests)`` at the start of every ``execute()`` call (``requests``
+   of them), before decoding: when they arrived (the deadlines and latency metrics count
+   from it).
 2. ``threaded`` says who answers. False (hold): ``execute()`` itself decides, runs and
    answers, and then calls ``call_returned(start_s, end_s)``. True (release, gather): the
    driver runs the scheduler thread and the responder threads; ``execute()`` queues the
@@ -56,8 +57,15 @@ DEFAULT_INTAKE = "hold"  # with Triton's batcher in front; without one only rele
 
 # A call that starts within this long after the previous one returned (intake hold) or
 # came back from its park (intake gather) carries requests that queued in Triton
-# meanwhile: their arrival time is estimated (see hand_over_arrival).
+# meanwhile: their arrival time is estimated (see hand_over_arrival) ...
 HAND_OVER_S = 0.005
+# ... and this much longer for each request the call carries: Triton copies each one's
+# inputs before the call starts. Measured here (intake hold, EMULATED t4 slowed 10x, 80-200
+# req/s, 524 calls): the gap grew ~0.12 ms a request, calls of over 60 requests came 10 ms
+# after the return at the median (up to 44 ms), and with HAND_OVER_S alone most such calls
+# were taken for arrivals after the return: the plugin's histograms then read half the
+# clients' latency at 200 req/s. Twice the measured slope, for slower hosts.
+HAND_OVER_PER_REQUEST_S = 0.00025
 # intake: gather. A call parked while a batch runs returns at the latest after this long
 # (a safety bound: normally the batch's end releases it).
 GATHER_PARK_MAX_S = 1.0
@@ -87,16 +95,24 @@ GATHER_GRACE_BATCH_FRACTION = 0.02
 GATHER_GRACE_MAX_S = 0.005
 
 
-def hand_over_arrival(now_s: float, previous: tuple[float, float] | None) -> float:
-    """When a call's requests arrived. They queued in Triton while the previous call
+def hand_over_arrival(now_s: float, previous: tuple[float, float] | None,
+                      requests: int = 1) -> float:
+    """When a call's ``requests`` arrived. They queued in Triton while the previous call
     (intake hold), or its park (intake gather), ran from ``previous[0]`` to
     ``previous[1]``, somewhere in between; the plugin is not told when (Triton 24.10's
     Python backend exposes no queue timestamps): take the middle, so deadlines and the
-    latency histograms count that wait. A call that comes later than HAND_OVER_S after
-    that return found Triton's queue empty then: its requests arrived just now."""
-    if previous is not None and now_s - previous[1] <= HAND_OVER_S:
+    latency histograms count that wait. A call that comes later than ``hand_over_s(
+    requests)`` after that return found Triton's queue empty then: its requests arrived
+    just now."""
+    if previous is not None and now_s - previous[1] <= hand_over_s(requests):
         return (previous[0] + previous[1]) / 2.0
     return now_s
+
+
+def hand_over_s(requests: int) -> float:
+    """How long after a return a call of ``requests`` still counts as Triton handing
+    over what queued meanwhile (HAND_OVER_S, HAND_OVER_PER_REQUEST_S)."""
+    return HAND_OVER_S + HAND_OVER_PER_REQUEST_S * max(requests - 1, 0)
 
 
 class Intake(Protocol):
@@ -105,7 +121,7 @@ class Intake(Protocol):
     name: str
     threaded: bool
 
-    def call_arrival(self, now_s: float) -> float: ...
+    def call_arrival(self, now_s: float, requests: int) -> float: ...
 
     def call_returned(self, start_s: float, end_s: float) -> None: ...
 
@@ -133,7 +149,7 @@ class _Base:
     def __init__(self, *_args, **_kwargs):
         pass
 
-    def call_arrival(self, now_s: float) -> float:
+    def call_arrival(self, now_s: float, requests: int) -> float:
         return now_s
 
     def call_returned(self, start_s: float, end_s: float) -> None:
@@ -170,8 +186,8 @@ class HoldIntake(_Base):
     def __init__(self, *_args, **_kwargs):
         self._previous: tuple[float, float] | None = None  # the last call's (start, return)
 
-    def call_arrival(self, now_s: float) -> float:
-        return hand_over_arrival(now_s, self._previous)
+    def call_arrival(self, now_s: float, requests: int) -> float:
+        return hand_over_arrival(now_s, self._previous, requests)
 
     def call_returned(self, start_s: float, end_s: float) -> None:
         self._previous = (start_s, end_s)
@@ -212,8 +228,8 @@ class GatherIntake(_Base):
     def parked(self) -> int:
         return self._parked
 
-    def call_arrival(self, now_s: float) -> float:
-        arrival = hand_over_arrival(now_s, self._prev_parked)
+    def call_arrival(self, now_s: float, requests: int) -> float:
+        arrival = hand_over_arrival(now_s, self._prev_parked, requests)
         self._prev_call_start, self._prev_parked = now_s, None
         return arrival
 

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from triton_backend.intake import (DEFAULT_INTAKE, HAND_OVER_S, INTAKES, GatherIntake,
-                                   HoldIntake, ReleaseIntake, hand_over_arrival, make_intake)
+from triton_backend.intake import (DEFAULT_INTAKE, HAND_OVER_PER_REQUEST_S, HAND_OVER_S,
+                                   INTAKES, GatherIntake, HoldIntake, ReleaseIntake,
+                                   hand_over_arrival, make_intake)
 
 HANG_GUARD_S = 30.0  # a parked call that never returns fails the test, it does not hang it
 
@@ -38,17 +39,30 @@ def test_a_call_right_after_the_previous_one_arrived_during_it():
     assert hand_over_arrival(10.0 + 2 * HAND_OVER_S, (9.0, 10.0)) == 10.0 + 2 * HAND_OVER_S
 
 
+def test_a_larger_hand_over_may_come_later():
+    """Triton copies each request's inputs before the call starts: 100 requests 20 ms
+    after the return are a hand-over of what queued during the previous call, one request
+    then is an arrival after it."""
+    late = 10.0 + HAND_OVER_S + 80 * HAND_OVER_PER_REQUEST_S
+    assert hand_over_arrival(late, (9.0, 10.0), requests=100) == 9.5
+    assert hand_over_arrival(late, (9.0, 10.0), requests=1) == late
+    assert hand_over_arrival(late, (9.0, 10.0), requests=50) == late  # 17.25 ms allowed
+    assert hand_over_arrival(10.0 + HAND_OVER_S / 2, (9.0, 10.0), requests=0) == 9.5
+
+
 def test_hold_estimates_from_its_own_previous_call():
     hold = HoldIntake()
-    assert hold.call_arrival(5.0) == 5.0
+    assert hold.call_arrival(5.0, 3) == 5.0
     hold.call_returned(5.0, 5.02)
-    assert hold.call_arrival(5.021) == pytest.approx(5.01)
-    assert hold.call_arrival(6.0) == 6.0
+    assert hold.call_arrival(5.021, 3) == pytest.approx(5.01)
+    assert hold.call_arrival(5.035, 3) == 5.035  # too late for 3 requests
+    assert hold.call_arrival(5.035, 128) == pytest.approx(5.01)  # not for 128
+    assert hold.call_arrival(6.0, 128) == 6.0
 
 
 def test_release_never_parks_and_takes_arrivals_as_they_come():
     release = ReleaseIntake(*_driver())
-    assert release.call_arrival(3.0) == 3.0
+    assert release.call_arrival(3.0, 1) == 3.0
     release.after_queued(1, 50.0, release.generation())  # returns at once
     assert release.summary() == ""
 
@@ -125,11 +139,11 @@ def test_requests_of_a_call_after_a_park_arrived_during_the_park():
     lock, cond = _driver()
     gather = GatherIntake(lock, cond)
     start = time.monotonic()
-    assert gather.call_arrival(start) == start
+    assert gather.call_arrival(start, 1) == start
     thread = _park_in_thread(gather)
     _wait_parked(gather, cond)
     with cond:
         gather.idle_locked()
     thread.join(HANG_GUARD_S)
     returned = gather._prev_parked[1]  # noqa: SLF001 - when the park ended
-    assert gather.call_arrival(returned) == pytest.approx((start + returned) / 2)
+    assert gather.call_arrival(returned, 1) == pytest.approx((start + returned) / 2)
