@@ -58,6 +58,12 @@ def wait_for_healthy_sidecar(server, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+WAIT_FOR = ((PREFIX + "batch_size_sum", {}, 120), (PREFIX + "sla_requests_total", {}, 120),
+            (PREFIX + "request_duration_seconds_count", {}, 120),
+            (PREFIX + "rejected_requests_total", {"reason": "invalid_input"}, 5),
+            (PREFIX + "rejected_requests_total", {"reason": "deadline_infeasible"}, 5))
+
+
 def test_every_control_metric_is_exported_with_plausible_values(server):
     wait_for_healthy_sidecar(server)
     before = scrape(server)
@@ -71,16 +77,18 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
     assert outcomes.count("ok") == 120 and outcomes.count("invalid") == 5
     assert outcomes.count("infeasible") == 5
     # Metrics are flushed once per control period (100 ms), the latency histograms once a
-    # second: wait (a hang guard, not a bound) until the 120 served requests are published.
+    # second: wait (a hang guard, not a bound) until the 120 served requests and the 10
+    # refusals are published (a refusal made after the flush that carried the last served
+    # request comes one flush later: a stressed fresh clone read 4 of 5 without this wait).
     deadline = time.monotonic() + 30
     while True:
         after = scrape(server)
-        published = [total(after, n) - total(before, n) for n in (
-            PREFIX + "batch_size_sum", PREFIX + "sla_requests_total",
-            PREFIX + "request_duration_seconds_count")]
-        if all(p >= 120 for p in published):
+        published = [total(after, n, **labels) - total(before, n, **labels)
+                     for n, labels, _ in WAIT_FOR]
+        if all(p >= want for p, (_, _, want) in zip(published, WAIT_FOR)):
             break
-        assert time.monotonic() < deadline, f"30 s and only {published} of 120 published"
+        assert time.monotonic() < deadline, (
+            f"30 s and only {published} of {[want for _, _, want in WAIT_FOR]} published")
         time.sleep(0.2)
 
     names = {n for n, _ in after}
