@@ -105,12 +105,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from benchmarks.bench import emulated_capacity_rps, profile
 from benchmarks.loadgen import (Arrival, LoadGenerator, LoadResult, concat_phases,
                                     fixed_rate)
 from operator_tools.records import OK
 from scheduler_core import workload as W
-from scheduler_core.profile_files import load_profile, profile_path
-from benchmarks.bench import emulated_capacity_rps
 from scheduler_core.stats import percentile
 from operator_tools.measure import PeriodicSampler, queue_gauges, scrape
 from benchmarks.procinfo import cpu_s, find_stub, is_stub, rss_mb, threads
@@ -122,8 +121,7 @@ from triton_backend.supervisor import StubSupervisor, stub_pids
 
 TIME_SCALE = 10.0
 EXPLICIT, NATIVE = "emulated_explicit", "emulated_native"
-PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", EXPLICIT, "profiles")
-PROFILE = "t4"
+PROFILE = "t4"  # of EXPLICIT's profiles, read through benchmarks.bench.profile
 SLA_CLASSES_MS = tuple(s * TIME_SCALE for s in W.DEFAULT_SLA_CLASSES_MS)  # 500/1000/2000
 LENGTHS = W.LogNormalLengths()
 CAPACITY_SAMPLE = 100_000
@@ -292,7 +290,7 @@ class ResourceMonitor:
 def capacity() -> tuple[float, object]:
     cap = emulated_capacity_rps(PROFILE, W.sample_lengths(CAPACITY_SAMPLE, SEED, LENGTHS),
                                 TIME_SCALE)
-    return cap, load_profile(profile_path(PROFILE_DIR, PROFILE))
+    return cap, profile(PROFILE)  # the file emulated_capacity_rps read (cached)
 
 
 def poisson(rate_rps: float, duration_s: float, seed: int) -> list[W.Arrival]:
@@ -1462,8 +1460,8 @@ def main(argv: list[str] | None = None) -> int:
         exe = os.path.relpath(exe, REPO_ROOT)
     command = " ".join(shlex.quote(a) for a in [
         exe, "scripts/reliability.py", *(argv if argv is not None else sys.argv[1:])])
-    cap, profile = capacity()
-    max_queue = profile.scheduler.max_queue_size
+    cap, t4 = capacity()
+    max_queue = t4.scheduler.max_queue_size
     print(f"capacity of {EXPLICIT} (t4, padded, time scale {TIME_SCALE:g}): {cap:.1f} req/s",
           flush=True)
     names = args.case or list(CASES)
