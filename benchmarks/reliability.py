@@ -391,6 +391,15 @@ def missed_time_bound(ctx: Context, case: CaseResult, missed: str) -> None:
         case.failures.append(missed)
 
 
+def missed_resource_bound(ctx: Context, case: CaseResult, missed: str) -> None:
+    """A soak's resource bound (RSS growth, thread count) the case missed: a failure in the
+    full run, a WARN in ``--quick``, whose seconds cannot tell a leak from noise."""
+    if ctx.quick:
+        case.warnings.append(f"resource target missed ({missed}; a bound only in the full run)")
+    else:
+        case.failures.append(missed)
+
+
 def load_average() -> str:
     """The 1-, 5- and 15-minute load averages, as the kernel reports them."""
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
@@ -628,17 +637,21 @@ def case_soak(ctx: Context) -> CaseResult:
                      f"{end.stub_rss_mb:.1f} MB ({growth * 100:+.1f} %); server RSS "
                      f"{_fmt(ref.server_rss_mb)} -> {_fmt(end.server_rss_mb)} MB")
         if growth > SOAK_RSS_GROWTH_BOUND:
-            fails.append(f"stub RSS grew {growth * 100:.1f} % > "
-                         f"{SOAK_RSS_GROWTH_BOUND * 100:g} % after warm-up")
+            # A leak shows over the full run's 10 minutes; over --quick's 12 s a few MB of
+            # allocator noise cross 5 % of a small stub: a bound of the full run only.
+            missed_resource_bound(ctx, case, f"stub RSS grew {growth * 100:.1f} % > "
+                                  f"{SOAK_RSS_GROWTH_BOUND * 100:g} % after warm-up")
     else:
-        fails.append("could not read the stub's RSS")
+        missed_resource_bound(ctx, case, "could not read the stub's RSS")
     warm_threads = [s.stub_threads for s in warm_samples if s.stub_threads]
     all_threads = [s.stub_threads for s in mon.samples if s.stub_threads]
     if warm_threads and all_threads:
         notes.append(f"stub threads {max(warm_threads)} after warm-up, max {max(all_threads)}, "
                      f"end {all_threads[-1]}")
         if max(all_threads) > max(warm_threads):
-            fails.append(f"stub threads grew {max(warm_threads)} -> {max(all_threads)}")
+            # (a thread started lazily after --quick's 3 s warm-up is no leak yet)
+            missed_resource_bound(ctx, case, f"stub threads grew {max(warm_threads)} -> "
+                                  f"{max(all_threads)}")
     depths = [s.queue_depth for s in mon.samples if s.queue_depth is not None]
     if depths:
         notes.append(f"queue depth max {max(depths):.0f}")

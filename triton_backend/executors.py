@@ -48,12 +48,15 @@ class EmulatedDevice:
     measured_at_load = False  # it sleeps its profile's costs: nothing to measure
 
     def __init__(self, cost: CostModelConfig, emulation: EmulationConfig,
-                 fault_token: int = 0):
+                 fault_token: int = 0, gate: "DeviceGate | None" = None):
         self.cost = cost
         self.emulation = emulation
         # Fault injection for reliability tests, off (0) unless configured: a batch holding
         # this token id fails, as a real device error would.
         self.fault_token = fault_token
+        # Test hook, off (None) unless configured: a closed gate holds every batch at the
+        # device's door, so a test knows that what it sends next queues.
+        self.gate = gate
 
     def batch_ms(self, lengths: Sequence[int]) -> float:
         """Wall time (ms) the emulated device takes for a batch with these lengths."""
@@ -61,6 +64,8 @@ class EmulatedDevice:
         return cost_ms(self.cost, shape) * self.emulation.time_scale
 
     def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+        if self.gate is not None:
+            self.gate.wait_open()
         if self.fault_token and any(self.fault_token in s for s in sequences):
             raise RuntimeError(f"injected device fault (fault_injection_token {self.fault_token})")
         started = time.perf_counter()
@@ -70,6 +75,28 @@ class EmulatedDevice:
         if remaining > 0:
             time.sleep(remaining)
         return out
+
+
+class DeviceGate:
+    """Test hook (model parameter ``device_gate_file``): while the file ``path`` exists the
+    device holds each batch before running it, and appends one line to ``path + ".held"``
+    for every batch it holds. A test closes the gate (creates the file), sends a request,
+    waits until the held count rises - the device is now busy for certain - and sends what
+    must queue behind it; deleting the file lets the batches run. Nothing is timed."""
+
+    HELD_SUFFIX = ".held"
+
+    def __init__(self, path: str, poll_s: float = 0.002):
+        self.path = path
+        self.poll_s = poll_s
+
+    def wait_open(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path + self.HELD_SUFFIX, "a", encoding="utf-8") as fh:
+            fh.write("held\n")
+        while os.path.exists(self.path):
+            time.sleep(self.poll_s)
 
 
 def deterministic_embedding(ids: np.ndarray) -> np.ndarray:

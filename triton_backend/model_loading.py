@@ -16,7 +16,7 @@ from scheduler_core.profile import HardwareProfile, ProfileError, parse_override
 from scheduler_core.profile_files import load_profile_dir, select_profile
 from sidecar.nvml import detect_device_name
 
-from .executors import EmulatedDevice, MiniLMEncoder
+from .executors import DeviceGate, EmulatedDevice, MiniLMEncoder
 from .intake import DEFAULT_INTAKE
 from .model_settings import ModelSettings
 from .placement import Placement, PlacementError, placement
@@ -170,8 +170,9 @@ def make_executor(args: Mapping[str, Any], settings: ModelSettings, where: Place
     if settings.executor == "emulated":
         if profile is None:
             profile, _ = load_profile(args, settings, "t4", where.nvml_index, warn)
+        gate = DeviceGate(settings.device_gate_file) if settings.device_gate_file else None
         return EmulatedDevice(profile.cost_model, profile.emulation,
-                              settings.fault_injection_token), profile
+                              settings.fault_injection_token, gate), profile
     raise LoadRefused(f"model '{args['model_name']}': parameter 'executor' must be 'minilm' "
                       f"or 'emulated' (or set inner_model), got {settings.executor!r}")
 

@@ -82,6 +82,10 @@ class ModelSettings:
     # emulated device / the scheduler step (proves failures strand nothing).
     fault_injection_token: int = 0
     loop_fault_token: int = 0
+    # Test hook, off ("") unless configured: while this file exists the emulated device
+    # holds each batch at its door (executors.DeviceGate), so a test can make "queued" a
+    # fact instead of a guess.
+    device_gate_file: str = ""
     # Written by the operator tools' benchmark mode: the queue bound it lifted, to put back
     # when it ends. The plugin does not act on it.
     benchmark_mode_restore_max_queue_size: int = 0

@@ -85,6 +85,10 @@ class StubSupervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def seen(self, model: str) -> set[int]:
+        """The stubs of ``model`` the last round found alive (a crash is one of them gone)."""
+        return set(self._seen[model])
+
     def ready(self, model: str) -> bool:
         try:
             _http(f"{self.base}/v2/models/{model}/ready", timeout_s=2.0)

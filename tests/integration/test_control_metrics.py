@@ -3,7 +3,6 @@ while the explicit model is under load."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,7 +11,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from sidecar.triton_metrics import fetch_url, read_samples
-from triton_backend.metric_catalog import COUNTERS, GAUGES, PREFIX, all_metric_names
+from tests.eventually import eventually, stays
+from triton_backend.metric_catalog import (COUNTERS, GAUGES, LATENCY_PUBLISH_PERIOD_S, PREFIX,
+                                          all_metric_names)
 
 pytestmark = pytest.mark.integration
 MODEL = "emulated_explicit"
@@ -49,13 +50,29 @@ def _infer(server, ids, sla_ms):
         client.close()
 
 
-def wait_for_healthy_sidecar(server, timeout_s: float = 60.0) -> None:
+def wait_for_healthy_sidecar(server) -> None:
     """The sidecar starts while the server is still loading (its metrics port not up yet)
     and backs off; it reports healthy within one backoff period once the port answers."""
-    deadline = time.monotonic() + timeout_s
-    while value(scrape(server), PREFIX + "sidecar_health") != 1.0:
-        assert time.monotonic() < deadline, f"the sidecar not healthy after {timeout_s:g} s"
-        time.sleep(0.2)
+    eventually(lambda: value(scrape(server), PREFIX + "sidecar_health") == 1.0, 60,
+               what="the sidecar healthy")
+
+
+def _counts(samples) -> dict:
+    """The counters and histograms among ``samples`` (gauges move on their own)."""
+    return {k: v for k, v in samples.items()
+            if k[0].endswith(("_total", "_count", "_sum", "_bucket"))}
+
+
+def quiet_scrape(server) -> dict:
+    """A scrape once the model has nothing unpublished: its counters stay the same over a
+    latency publish period and a control period more (whatever ran before this test, or
+    in another order, is then all in ``before``)."""
+    def steady():
+        first = scrape(server)
+        stays(lambda: _counts(scrape(server)) == _counts(first),
+              LATENCY_PUBLISH_PERIOD_S + 0.2, what="the plugin's counters unchanged")
+        return first
+    return eventually(steady, what="the plugin's counters settled")
 
 
 WAIT_FOR = ((PREFIX + "batch_size_sum", {}, 120), (PREFIX + "sla_requests_total", {}, 120),
@@ -66,30 +83,27 @@ WAIT_FOR = ((PREFIX + "batch_size_sum", {}, 120), (PREFIX + "sla_requests_total"
 
 def test_every_control_metric_is_exported_with_plausible_values(server):
     wait_for_healthy_sidecar(server)
-    before = scrape(server)
+    before = quiet_scrape(server)
     rng = np.random.default_rng(5)
-    work = [([101, *rng.integers(1000, 30000, size=int(n)), 102], 2000.0)
+    # SLAs of a minute: no loaded machine makes them infeasible.
+    work = [([101, *rng.integers(1000, 30000, size=int(n)), 102], 60000.0)
             for n in rng.integers(8, 120, size=120)]
-    work += [([101, 0, 102], 2000.0)] * 5       # invalid: padding id
+    work += [([101, 0, 102], 60000.0)] * 5       # invalid: padding id
     work += [([101, 2000, 102], 0.5)] * 5       # infeasible: 0.5 ms SLA
     with ThreadPoolExecutor(max_workers=32) as pool:
         outcomes = list(pool.map(lambda w: _infer(server, *w), work))
     assert outcomes.count("ok") == 120 and outcomes.count("invalid") == 5
     assert outcomes.count("infeasible") == 5
     # Metrics are flushed once per control period (100 ms), the latency histograms once a
-    # second: wait (a hang guard, not a bound) until the 120 served requests and the 10
-    # refusals are published (a refusal made after the flush that carried the last served
-    # request comes one flush later: a stressed fresh clone read 4 of 5 without this wait).
-    deadline = time.monotonic() + 30
-    while True:
-        after = scrape(server)
-        published = [total(after, n, **labels) - total(before, n, **labels)
-                     for n, labels, _ in WAIT_FOR]
-        if all(p >= want for p, (_, _, want) in zip(published, WAIT_FOR)):
-            break
-        assert time.monotonic() < deadline, (
-            f"30 s and only {published} of {[want for _, _, want in WAIT_FOR]} published")
-        time.sleep(0.2)
+    # second: wait until the 120 served requests and the 10 refusals are published (a
+    # refusal made after the flush that carried the last served request comes one flush
+    # later), then until nothing more comes (the exact deltas below).
+    def published():
+        now = scrape(server)
+        return all(total(now, n, **labels) - total(before, n, **labels) >= want
+                   for n, labels, want in WAIT_FOR)
+    eventually(published, what=f"published: {[(n, want) for n, _, want in WAIT_FOR]}")
+    after = quiet_scrape(server)
 
     names = {n for n, _ in after}
     for family in all_metric_names():
@@ -123,7 +137,7 @@ def test_every_control_metric_is_exported_with_plausible_values(server):
     assert delta(PREFIX + "sla_requests_total") == 120
     assert (delta(PREFIX + "sla_requests_total", outcome="met")
             + delta(PREFIX + "sla_requests_total", outcome="missed")) == 120
-    assert delta(PREFIX + "sla_requests_total", sla_class="le1000ms") == 0  # all 2000 ms
+    assert delta(PREFIX + "sla_requests_total", sla_class="le1000ms") == 0  # all a minute
     # Each success once in request_duration; each dispatched request once in queue_duration.
     assert delta(PREFIX + "request_duration_seconds_count", sla_class="gt1000ms") == 120
     assert delta(PREFIX + "queue_duration_seconds_count", sla_class="gt1000ms") == 120

@@ -2,14 +2,15 @@
 cancellation, unloading with requests queued, and a model with a bad profile.
 
 A second server (explicit model control) runs a copy of emulated_explicit with the test
-hooks switched on and the EMULATED device slowed 10x, so requests really queue.
+hooks switched on: fault tokens, and a device gate (tests/integration/gates.py) that holds
+the EMULATED device so that what a test sends next queues for certain. Nothing here waits a
+fixed time: counts are awaited (``eventually``) and then asserted exactly.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import numpy as np
 import pytest
@@ -17,9 +18,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from sidecar.triton_metrics import fetch_url, model_sample_sum, read_samples
+from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.conftest import SHIPPED_REPOSITORY
+from tests.eventually import eventually, stays
 from tests.integration.collector import Collector
+from tests.integration.gates import DeviceGate, TritonCounts, triton_counts, wait_pending
 
 pytestmark = pytest.mark.integration
 MODEL = "faulty_explicit"
@@ -52,8 +55,10 @@ def fault_server(tmp_path_factory):
 
     repo = str(tmp_path_factory.mktemp("faults") / "repo")
     os.makedirs(repo)
+    gate = os.path.join(str(tmp_path_factory.mktemp("faultgate")), f"{MODEL}.gate")
     _model(repo, MODEL, _param("hardware_profile", "t4") + _param("time_scale", 10)
-           + _param("fault_injection_token", DEVICE_FAULT) + _param("loop_fault_token", LOOP_FAULT))
+           + _param("fault_injection_token", DEVICE_FAULT) + _param("loop_fault_token", LOOP_FAULT)
+           + _param("device_gate_file", gate))
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "profiles"),
                     os.path.join(repo, MODEL, "profiles"))
     _model(repo, "unknown_profile_explicit", _param("hardware_profile", "v100"))
@@ -68,6 +73,7 @@ def fault_server(tmp_path_factory):
     log = str(tmp_path_factory.mktemp("faultlogs") / "tritonserver.log")
     srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
         "--model-control-mode=explicit", f"--load-model={MODEL}"))
+    srv.gate = DeviceGate(gate)
     with srv:
         yield srv
     srv.log = log
@@ -93,19 +99,29 @@ def _metric(server, name: str) -> float:
     return model_sample_sum(fetch_url(server.metrics_url, 5.0), name, MODEL)
 
 
-def _cancellations(server) -> float:
-    """Cancelled requests answered without being computed: by the plugin (its counter) or,
-    for those still waiting in Triton's queue in front of intake hold, by Triton itself
-    (its failure counter, reason CANCELED)."""
-    triton = sum(s.value for s in read_samples(fetch_url(server.metrics_url, 5))
-                 if s.name.startswith("nv_inference_request_failure")
-                 and s.labels.get("model") == MODEL and s.labels.get("reason") == "CANCELED")
-    return _metric(server, "explicit_batching_cancelled_requests_total") + triton
+def _await_metric(server, name: str, value: float) -> None:
+    """The model's counter ``name`` reaches ``value`` (published once per control period,
+    from a thread a loaded machine may run late) and stays there for a few periods."""
+    eventually(lambda: _metric(server, name) == value, what=f"{name} == {value:g}")
+    stays(lambda: _metric(server, name) == value, 0.5, what=f"{name} == {value:g}")
 
 
-def _log(server) -> str:
+def _log(server, since: int = 0) -> str:
     with open(server.log_path, errors="replace") as fh:
+        fh.seek(since)
         return fh.read()
+
+
+def _log_size(server) -> int:
+    return os.path.getsize(server.log_path)
+
+
+def _verbose_log(server, level: int) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        client.update_log_settings({"log_verbose_level": level})
+    finally:
+        client.close()
 
 
 def test_failed_batch_fails_its_requests_and_the_loop_goes_on(fault_server):
@@ -117,8 +133,7 @@ def test_failed_batch_fails_its_requests_and_the_loop_goes_on(fault_server):
         assert "INTERNAL" in str(err.value.status())
         ok = client.infer(MODEL, _inputs(_ids()))
         assert ok.as_numpy("EMBEDDING").shape == (1, 384)
-        time.sleep(0.3)  # metrics flush once per control period
-        assert _metric(fault_server, "explicit_batching_batch_failures_total") == failures + 1
+        _await_metric(fault_server, "explicit_batching_batch_failures_total", failures + 1)
     finally:
         client.close()
 
@@ -136,32 +151,73 @@ def test_scheduler_step_failure_strands_nothing(fault_server):
             client.async_infer(MODEL, _inputs(_ids()), results.callback(i))
         results.wait(8)
         assert all(err is None for [(_, err)] in results.calls.values())
-        time.sleep(0.3)
-        assert _metric(fault_server, "explicit_batching_loop_errors_total") == errors + 1
+        _await_metric(fault_server, "explicit_batching_loop_errors_total", errors + 1)
     finally:
         client.close()
 
 
 def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
+    """A request its client cancels while it queues is never computed; its neighbours are.
+
+    The device is held (gate) by one blocker request, 16 requests queue behind it in
+    Triton's queue (Triton's pending count says so), the client cancels every other one,
+    and the server's own log shows it received the 8 cancellations, all before the gate
+    opens. Then the counts are exact: the device computed the blocker and the 8 kept
+    requests and nothing else (the plugin's batch sizes); the 8 cancelled ones were
+    answered without compute, by Triton's queue (failure reason CANCELED) or by the plugin
+    (its cancelled counter); Triton counted each of the 17 once."""
+    gate, url = fault_server.gate, fault_server.metrics_url
+    cancelled_counter = "explicit_batching_cancelled_requests_total"
     client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    results = Collector()
     try:
-        before = _cancellations(fault_server)
-        # 48 x 512 tokens: 3 batches of 16 at ~0.5 s each on the slowed device.
-        results = Collector()
-        contexts = [client.async_infer(MODEL, _inputs(_ids(512)), results.callback(i))
-                    for i in range(48)]
-        time.sleep(0.2)
-        for ctx in contexts[32:]:  # the third batch is still queued
-            ctx.cancel()
-        results.wait(48)
-        cancelled = [i for i, [(_, err)] in results.calls.items() if err is not None]
-        assert set(cancelled) == set(range(32, 48))
-        deadline = time.monotonic() + 30  # a hang guard: the counter is set once per sweep
-        while _cancellations(fault_server) < before + 16:
-            assert time.monotonic() < deadline, ("30 s without the 16 cancellations counted: "
-                                                 "computed, or not counted")
-            time.sleep(0.2)
+        before, plugin_before = triton_counts(url, MODEL), _metric(fault_server, cancelled_counter)
+        computed_before = _metric(fault_server, "explicit_batching_batch_size_sum")
+        held = gate.held()
+        with gate.closed():
+            client.async_infer(MODEL, _inputs(_ids()), results.callback(0))
+            gate.wait_held(held + 1)  # the blocker is on the device: the rest must queue
+            contexts = {i: client.async_infer(MODEL, _inputs(_ids()), results.callback(i))
+                        for i in range(1, 17)}
+            wait_pending(url, MODEL, 16)
+            _verbose_log(fault_server, 1)  # the gRPC frontend logs each cancellation it gets
+            try:
+                log_from = _log_size(fault_server)
+                cancelled = [i for i in contexts if i % 2 == 0]
+                for i in cancelled:
+                    contexts[i].cancel()
+                eventually(lambda: _log(fault_server, log_from).count("Issuing cancellation for")
+                           >= len(cancelled),
+                           what=f"the server received the {len(cancelled)} cancellations")
+            finally:
+                _verbose_log(fault_server, 0)
+        results.wait(17)
+        errors = {i: err for i, [(_, err)] in results.calls.items() if err is not None}
+        assert sorted(errors) == cancelled, errors  # the client sees exactly what it cancelled
+        kept = 17 - len(cancelled)  # with the blocker
+        # Triton counts each request once when it is released: an answer the model made,
+        # an error included, as a success; one its queue cancelled as a failure (CANCELED).
+
+        def all_counted() -> TritonCounts | None:
+            delta = triton_counts(url, MODEL) - before
+            return delta if delta.success + delta.failure >= 17 else None
+        delta = eventually(all_counted, what="Triton counted all 17 requests")
+        # What the device computed: every sequence of the batches the plugin ran (published
+        # once per control period), and what was answered without compute.
+        computed = "explicit_batching_batch_size_sum"
+
+        def outcome() -> tuple[float, float]:
+            return (_metric(fault_server, computed) - computed_before,
+                    (triton_counts(url, MODEL) - before).canceled
+                    + _metric(fault_server, cancelled_counter) - plugin_before)
+        eventually(lambda: outcome() == (kept, len(cancelled)),
+                   what=f"{kept} computed and {len(cancelled)} answered uncomputed")
+        stays(lambda: outcome() == (kept, len(cancelled)), 0.5,
+              what="nothing computed or counted twice")
+        assert delta.success + delta.failure == 17, delta
+        assert delta.pending == 0, delta
     finally:
+        gate.open()
         client.close()
 
 
@@ -185,29 +241,33 @@ def test_bad_profiles_fail_the_load_with_file_key_and_value(fault_server):
 
 
 def test_unload_with_requests_queued_answers_every_request(fault_server):
+    """Unloading while requests queue answers each of them exactly once, none INTERNAL.
+    The gate makes "queued" certain: a blocker on the held device and 39 requests pending in
+    Triton when the unload begins (Triton's unload returns at once; the gate then opens)."""
+    gate = fault_server.gate
     client = grpcclient.InferenceServerClient(fault_server.grpc_url)
     try:
         results = Collector()
-        for i in range(40):
-            client.async_infer(MODEL, _inputs(_ids(512)), results.callback(i))
-        time.sleep(0.2)
-        started = time.monotonic()
-        client.unload_model(MODEL)
+        held = gate.held()
+        with gate.closed():
+            client.async_infer(MODEL, _inputs(_ids(512)), results.callback(0))
+            gate.wait_held(held + 1)
+            for i in range(1, 40):
+                client.async_infer(MODEL, _inputs(_ids(512)), results.callback(i))
+            wait_pending(fault_server.metrics_url, MODEL, 39)
+            log_from = _log_size(fault_server)
+            client.unload_model(MODEL)
         results.wait(40)
-        # A hang guard, not a speed target (the answers themselves are the behaviour).
-        took_s = time.monotonic() - started
-        assert took_s < 60, f"the unload took {took_s:.0f} s to answer the queued requests"
         codes = {str(err.status()) if err else "OK" for [(_, err)] in results.calls.values()}
         assert codes <= {"OK", "StatusCode.UNAVAILABLE"}, codes
         # finalize() ran to its end: its last act is the per-thread CPU account
         # (scripts/host_ledger.py reads it).
-        deadline = time.monotonic() + 30
-        while f"{MODEL}: unloading; thread CPU s: execute=" not in _log(fault_server):
-            assert time.monotonic() < deadline, "30 s without the unload account in the log"
-            time.sleep(0.2)
+        eventually(lambda: f"{MODEL}: unloading; thread CPU s: execute="
+                   in _log(fault_server, log_from), what="the unload account in the log")
         client.load_model(MODEL)
         assert client.is_model_ready(MODEL)
     finally:
+        gate.open()
         client.close()
 
 

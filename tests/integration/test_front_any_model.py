@@ -72,6 +72,8 @@ def _front(repo: str, name: str, weight_type: str) -> None:
                  + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
                  + _param("inner_model", INNER) + _param("sequence_input", "TOKENS")
                  + _param("hardware_profile", "t4")
+                 # no SLA sent: the default, a minute, so no loaded machine refuses one
+                 + _param("scheduler.default_sla_ms", "60000")
                  + _param("profile_dir", f"{name}/profiles"))
 
 

@@ -6,7 +6,6 @@ are answered, so the next batch goes to the other) and release (execute() return
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,13 +14,14 @@ import tritonclient.http as httpclient
 
 from benchmarks.repository import copy_model
 from sidecar.triton_metrics import fetch_url, read_samples
+from tests.eventually import eventually
+from tests.integration.gates import DeviceGate
 from triton_backend.intake_config import release_config
 from triton_backend.metric_catalog import PREFIX
 
 pytestmark = pytest.mark.integration
 HOLD, RELEASE = "pair_hold", "pair_release"
 REQUESTS = 96
-HANG_GUARD_S = 30.0
 
 
 def _two_instances(model) -> None:
@@ -35,12 +35,15 @@ def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("instances")
     repo = str(base / "repo")
     os.makedirs(repo)
+    gates = {}
     for name, writer in ((HOLD, None), (RELEASE, release_config)):
-        # time scale 10: a batch runs long enough for the next one to meet a busy instance
+        # one gate file for both instances of a model: closed, it holds each one's device
+        gates[name] = str(base / f"{name}.gate")
         copy_model("emulated_explicit", repo, name, text_writer=writer, edit=_two_instances,
                    params={"time_scale": "10", "profile_dir": f"{name}/profiles",
-                           "hardware_profile": "t4"})
+                           "hardware_profile": "t4", "device_gate_file": gates[name]})
     with TritonServer(repo, log_path=str(base / "tritonserver.log"), exit_timeout_s=10) as srv:
+        srv.gates = {name: DeviceGate(path) for name, path in gates.items()}
         yield srv
 
 
@@ -63,20 +66,33 @@ def _batches_by_instance(server, model: str) -> dict[str, float]:
             if s.name == PREFIX + "batch_size_count" and s.labels.get("model") == model}
 
 
+def test_a_held_call_sends_the_next_request_to_the_other_instance(server):
+    """intake hold: a call holds its instance until its requests are answered, so Triton
+    hands the next request to the other one. Both devices held (one gate file for the
+    two): the first request holds one instance, and the second is held too - by the other
+    instance, since the first is busy - before either is answered."""
+    gate = server.gates[HOLD]
+    held = gate.held()
+    with ThreadPoolExecutor(max_workers=2) as pool, gate.closed():
+        first = pool.submit(_infer, server, HOLD, 0)
+        gate.wait_held(held + 1)
+        second = pool.submit(_infer, server, HOLD, 1)
+        gate.wait_held(held + 2)
+        assert not first.done() and not second.done()
+    assert first.result()[1] == second.result()[1] == (1, 384)
+
+    def each_ran_a_batch() -> bool:  # published once per control period
+        counts = _batches_by_instance(server, HOLD)
+        return len(counts) == 2 and all(counts.values())
+    eventually(each_ran_a_batch, what="a batch counted on each instance")
+
+
 @pytest.mark.parametrize("model", [HOLD, RELEASE])
 def test_two_instances_answer_every_request_once_and_publish_their_own_series(server, model):
     with ThreadPoolExecutor(max_workers=32) as pool:
         results = list(pool.map(lambda i: _infer(server, model, i), range(REQUESTS)))
     assert sorted(i for i, _ in results) == list(range(REQUESTS))
     assert all(shape == (1, 384) for _, shape in results)
-    by_instance = _batches_by_instance(server, model)
-    assert set(by_instance) == {f"{model}_0_0", f"{model}_0_1"}  # one series each
-    if model == HOLD:
-        # Each call holds its instance: Triton hands the next batch to the other one. The
-        # counts are published every control period: wait for them (hang guard 30 s).
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not all(by_instance.values()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            by_instance = _batches_by_instance(server, model)
-        assert all(by_instance.values()), f"an instance ran no batch: {by_instance}"
-    print(f"{model}: batches by instance {by_instance}")
+    eventually(lambda: set(_batches_by_instance(server, model)) == {
+        f"{model}_0_0", f"{model}_0_1"}, what="one batch-size series for each instance")
+    print(f"{model}: batches by instance {_batches_by_instance(server, model)}")

@@ -41,12 +41,17 @@ def capacity() -> float:
                         profile.scheduler.max_batch_size, profile.scheduler.max_batch_tokens)
 
 
+# The run is bounded by a request count, not by time windows: an overloaded rate never
+# stabilises, and on a loaded machine windows stretch; 600 requests are ~2 s of sending.
+REQUESTS = 600
+RUN_TIMEOUT_S = 180  # a hang guard for perf_analyzer's subprocess, not a speed target
+
+
 def recipe(url: str, rate: float, input_data: str) -> list[str]:
-    """The README's perf_analyzer command line (a bounded run: an overloaded rate never
-    stabilises, and the queue grows by the excess rate)."""
+    """The README's perf_analyzer command line, bounded by a request count."""
     return [PERF_ANALYZER, "-m", MODEL, "-u", url, "--async", "--request-rate-range", f"{rate:g}",
-            "--request-distribution", "poisson", "--measurement-interval", "2000",
-            "--max-trials", "3", "--stability-percentage", "1000", "--input-data", input_data]
+            "--request-distribution", "poisson", "--request-count", str(REQUESTS),
+            "--input-data", input_data]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,7 @@ def test_perf_analyzer_at_twice_capacity_exits_0_in_benchmark_mode(slowed_server
     # As configured (infeasible_policy: reject) the overload is refused and perf_analyzer
     # stops at the first refusal: the run is past the knee.
     refused = subprocess.run(recipe(url, rate, data), capture_output=True, text=True,
-                             timeout=60)
+                             timeout=RUN_TIMEOUT_S)
     assert refused.returncode != 0, refused.stdout
     # Refused by the plugin (deadline infeasible) or, with intake hold, by Triton's bounded
     # queue in front of it (config.pbtxt's default_queue_policy): either is a refusal.
@@ -83,11 +88,12 @@ def test_perf_analyzer_at_twice_capacity_exits_0_in_benchmark_mode(slowed_server
 
     assert benchmark_mode.main(["--url", url, "--model", MODEL, "on"]) == 0
     started = time.monotonic()
-    run = subprocess.run(recipe(url, rate, data), capture_output=True, text=True, timeout=90)
+    run = subprocess.run(recipe(url, rate, data), capture_output=True, text=True,
+                         timeout=RUN_TIMEOUT_S)
     took = time.monotonic() - started
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
-    assert f"Request Rate: {rate}" in output and "Throughput:" in output
+    assert "Throughput:" in output, output
     print(f"recipe at {rate} req/s (2x capacity {capacity():.1f} req/s): exit "
           f"{run.returncode} in {took:.1f} s")
 

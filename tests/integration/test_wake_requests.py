@@ -12,13 +12,13 @@ a model whose queue prefetches (no queue policy) ignores the parameter and sends
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
 from sidecar.triton_metrics import fetch_url, model_sample_sum
+from tests.eventually import eventually, stays
+from tests.integration.gates import triton_counts
 from tests.integration.models import emulated_copy
 from triton_backend.waker import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
 from triton_backend.intake_config import hold_config
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 BOUNDED, UNBOUNDED, SHIPPED = "wake_bounded", "wake_unbounded", "wake_shipped"
 WAKE_US = WAKE_AFTER_US_MEASURED  # the opt-in, as measured (off by default)
 HANG_GUARD_S = 60.0
-STEADY_READS = 3  # the counts must stay the same over this many reads, a second apart
+STEADY_S = 3.0  # the counts must stay the same this long to count as stopped
 
 
 @pytest.fixture(scope="module")
@@ -58,30 +58,25 @@ def _infer(url: str, model: str, n: int) -> None:
             assert result.as_numpy("EMBEDDING").shape == (1, 384)
 
 
-def _counts(server, model: str) -> tuple[int, float]:
-    """(Triton's successful requests, the plugin's wake_requests_total) for ``model``."""
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        stats = client.get_inference_statistics(model, as_json=True)
-    success = sum(int(m["inference_stats"]["success"].get("count", 0))
-                  for m in stats["model_stats"])
+def _counts(server, model: str) -> tuple[float, float]:
+    """(requests Triton answered - served or failed -, the plugin's wake_requests_total)
+    for ``model``. A wake request Triton refused (a full queue) is answered too: as a
+    failure, so every wake request sent is in the first figure."""
+    counts = triton_counts(server.metrics_url, model)
     wakes = model_sample_sum(fetch_url(server.metrics_url, 10.0),
                              WAKE_REQUESTS_METRIC, model)
-    return success, wakes
+    return counts.success + counts.failure, wakes
 
 
-def _steady_counts(server, model: str) -> tuple[int, float]:
-    """The counts once they have stopped moving (hang guard: HANG_GUARD_S)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    last, same = None, 0
-    while time.monotonic() < deadline:
-        now = _counts(server, model)
-        same = same + 1 if now == last else 0
-        if same >= STEADY_READS:
-            return now
-        last = now
-        time.sleep(1.0)
-    pytest.fail(f"{model}: the request counts were still moving after {HANG_GUARD_S:.0f} s "
-                f"(last {last}): wake requests that never stop")
+def _steady_counts(server, model: str) -> tuple[float, float]:
+    """The counts once they have stopped moving: the same for STEADY_S (hang guard:
+    HANG_GUARD_S; wake requests that never stop fail it)."""
+    def steady():
+        first = _counts(server, model)
+        stays(lambda: _counts(server, model) == first, STEADY_S,
+              what=f"{model}: the request counts unchanged", poll_s=0.5)
+        return first
+    return eventually(steady, HANG_GUARD_S, what=f"{model}: the request counts stop moving")
 
 
 def test_an_idle_bounded_model_sends_a_few_wake_requests_then_none(server):

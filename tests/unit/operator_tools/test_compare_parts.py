@@ -57,3 +57,34 @@ def test_explicit_model_runs_in_benchmark_mode_and_the_report_says_so(monkeypatc
     with C._explicit_policy("localhost:8000", "emulated_explicit", "as-configured") as mode:
         assert mode is None
     assert "as configured" in C._policy_line(None, "emulated_explicit")
+
+
+class _Scraper:
+    def __init__(self, failures: int = 0, last_error: str = ""):
+        self.failures, self.last_error = failures, last_error
+
+
+def _segment(index: int, model: str, output: str = "", error: str | None = None,
+             hung: str = "", unmatched: int = 0) -> C.Segment:
+    run = pa.TraceRun(model, ("pa",), 0 if error is None else 1, output, 0, (), error)
+    return C.Segment(index, model, "explicit", planned=1, run=run, hung=hung,
+                     unmatched=unmatched)
+
+
+def test_run_warnings_names_each_environmental_cause_and_each_failed_segment():
+    """run_warnings is pure: what a busy machine causes (failed scrapes, perf_analyzer
+    behind its schedule) and what a broken run causes (no data, a replay) each get one
+    line naming the segment; a clean run gets none. (The integration test fails only on
+    the second kind.)"""
+    clean = [_segment(0, "x"), _segment(1, "n")]
+    assert C.run_warnings(clean, _Scraper()) == []
+    warnings = C.run_warnings(
+        [_segment(0, "x", output=pa.FELL_BEHIND), _segment(1, "n", error="exit 99"),
+         _segment(2, "x", hung="perf_analyzer hung after 3 s", unmatched=2)],
+        _Scraper(failures=3, last_error="ScrapeTimeout"))
+    assert warnings[0] == "3 metric scrapes failed (last: ScrapeTimeout)"
+    assert "2 exported requests" in warnings[1]
+    assert "could not keep up in segment(s) 1" in warnings[2]
+    assert warnings[3].startswith("segment 2 (n) produced no data: exit 99")
+    assert warnings[4].startswith("segment 3 (x) was replayed once: the first replay hung")
+    assert len(warnings) == 5
