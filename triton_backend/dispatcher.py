@@ -11,7 +11,6 @@ the ``Responder``.
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import time
 import traceback
@@ -244,12 +243,14 @@ class Dispatcher:
         kept = []
         for r in batch:
             if now - r.arrival_s >= CANCEL_CHECK_MIN_WAIT_S and self._is_cancelled(r):
-                self.metrics.on_event("cancelled_requests_total")
-                self.answer(r, error("request cancelled by the client",
-                                     pb_utils.TritonError.CANCELLED))
+                self._answer_cancelled(r)
             else:
                 kept.append(r)
         return kept
+
+    def _answer_cancelled(self, r: QueuedRequest) -> None:
+        self.metrics.on_event("cancelled_requests_total")
+        self.answer(r, error("request cancelled by the client", pb_utils.TritonError.CANCELLED))
 
     def _sweep_cancelled(self, now: float) -> None:
         """Once a second, take cancelled requests out of the queue (the oldest first)."""
@@ -262,7 +263,11 @@ class Dispatcher:
         if cancelled:
             with self.cond:
                 removed = self.scheduler.remove(cancelled)
-            self._drop_cancelled(removed, math.inf)
+            # Each was seen cancelled just now and is out of the queue: answer it without
+            # asking again (a second is_cancelled() that failed would read "no" and leave
+            # it unanswered).
+            for r in removed:
+                self._answer_cancelled(r)
 
     # -- running a batch --------------------------------------------------------------
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
