@@ -34,6 +34,86 @@ with open(os.path.join(site.getsitepackages()[0], "explicit_batching_checkout.pt
     fh.write(os.getcwd() + "\n")
 PYEOF
 
+# The pinned wheelhouse (.wheelhouse/, git-ignored) for the integration tests that build a
+# throwaway venv: test_export_model (the `server` extra) and test_numpy2_refused (numpy 2).
+# They install from it with --no-index only, so no test reaches a package index and no new
+# upstream release changes what they run. Every pin is exact: the server extra at the
+# versions this venv has, and one numpy 2 release (the one the refusal in
+# triton_backend/responses.py was measured with) beside this venv's pyyaml and
+# prometheus_client. Each list is closed over its dependencies (every wheel pip fetched,
+# pinned). Rebuilt, from scratch, only when the pins change (.wheelhouse/.stamp).
+NUMPY2_PIN="numpy==2.4.6" .venv/bin/python - <<'PYEOF'
+import hashlib, importlib.metadata as md, os, shutil, subprocess, sys, tempfile, time, tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+start = time.monotonic()
+WHEELHOUSE = ".wheelhouse"
+
+
+def venv_pin(spec):
+    req = Requirement(spec)
+    if req.marker is not None and not req.marker.evaluate():
+        return None
+    return f"{canonicalize_name(req.name)}=={md.version(req.name)}"
+
+
+with open("pyproject.toml", "rb") as fh:
+    server = tomllib.load(fh)["project"]["optional-dependencies"]["server"]
+sets = {
+    "server": [p for p in map(venv_pin, server) if p],
+    "numpy2": [os.environ["NUMPY2_PIN"], venv_pin("pyyaml"), venv_pin("prometheus_client")],
+}
+tag = f"{sys.implementation.cache_tag}-{sys.platform}-{os.uname().machine}"
+key = hashlib.sha256(repr((tag, sorted(sets.items()))).encode()).hexdigest()
+stamp = os.path.join(WHEELHOUSE, ".stamp")
+try:  # the stamp: the pins' hash, then every file the build left
+    with open(stamp) as fh:
+        first, *files = fh.read().split()
+    current = first == key and bool(files) and all(
+        os.path.isfile(os.path.join(WHEELHOUSE, f)) for f in files)
+except (OSError, ValueError):
+    current = False
+if current:
+    print(f"setup: .wheelhouse up to date ({time.monotonic() - start:.1f} s)")
+    sys.exit(0)
+
+tmp = tempfile.mkdtemp(prefix="wheelhouse-")
+try:
+    for name, pins in sets.items():
+        dest = os.path.join(tmp, name)
+        pip = subprocess.run([sys.executable, "-m", "pip", "download", "-q",
+                              "--disable-pip-version-check", "--only-binary=:all:",
+                              "--dest", dest, *pins], capture_output=True, text=True)
+        if pip.returncode != 0:
+            sys.exit(f"setup: pip download of the {name} wheels ({' '.join(pins)}) failed:\n"
+                     f"{pip.stderr[-2000:]}")
+        closure = {}
+        for wheel in os.listdir(dest):
+            dist, version, *_ = parse_wheel_filename(wheel)
+            closure[dist] = f"{dist}=={version}"
+            target = os.path.join(tmp, wheel)
+            if not os.path.exists(target):
+                os.rename(os.path.join(dest, wheel), target)
+        shutil.rmtree(dest)
+        missing = [p for p in pins if p not in closure.values()]
+        if missing:
+            sys.exit(f"setup: pip download fetched no wheel for {missing} (got {closure})")
+        with open(os.path.join(tmp, f"{name}.txt"), "w") as fh:
+            fh.write(f"# {name}: exact pins, with dependencies (scripts/setup_env.sh)\n")
+            fh.write("".join(f"{closure[d]}\n" for d in sorted(closure)))
+    built = sorted(os.listdir(tmp))
+    with open(os.path.join(tmp, ".stamp"), "w") as fh:
+        fh.write("".join(f"{line}\n" for line in [key, *built]))
+    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+    shutil.move(tmp, WHEELHOUSE)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+os.chmod(WHEELHOUSE, 0o755)
+print(f"setup: built .wheelhouse ({', '.join(sorted(os.listdir(WHEELHOUSE)))}) "
+      f"in {time.monotonic() - start:.1f} s")
+PYEOF
+
 # perf_analyzer 2.51 links against libb64.so.0d (Debian package libb64-0d).
 if ! ldconfig -p | grep -q 'libb64.so.0d'; then
   if [ "$(id -u)" = 0 ]; then

@@ -13,9 +13,11 @@ import tomllib
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from packaging.requirements import Requirement
 
 from operator_tools.export_cmd import VENDOR_DIR, export_model
 from tests.conftest import REPO_ROOT
+from tests.integration import wheelhouse
 from triton_backend.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
@@ -69,11 +71,12 @@ def server_venv(tmp_path_factory) -> str:
     """A venv with the server extra's packages only (built once per test session)."""
     if not os.access(SERVER_PYTHON, os.X_OK):
         pytest.skip(f"{SERVER_PYTHON} missing (the stub embeds Debian's libpython3.11)")
+    requirements = server_requirements()
+    # Offline, from the pinned wheelhouse (`make setup`): skips if it lacks a wheel.
+    pins = wheelhouse.pin_file("server", covers=tuple(Requirement(r).name for r in requirements))
     venv = str(tmp_path_factory.mktemp("server_venv") / "venv")
     subprocess.run([SERVER_PYTHON, "-m", "venv", venv], check=True, timeout=120)
-    pip = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q",
-                          "--disable-pip-version-check", *server_requirements()],
-                         capture_output=True, text=True, timeout=600)
+    pip = wheelhouse.install(os.path.join(venv, "bin", "python"), pins, *requirements)
     assert pip.returncode == 0, f"pip install of the server extra failed:\n{pip.stderr}"
     return venv
 

@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import REPO_ROOT, SHIPPED_REPOSITORY
+from tests.integration import wheelhouse
 
 pytestmark = pytest.mark.integration
 MODEL = "emulated_explicit"
@@ -23,11 +24,12 @@ def numpy2_venv(tmp_path_factory):
     """A venv on the same Python as the project's (the stub embeds Debian's libpython
     3.11) with numpy 2 and the other server dependencies; the checkout is made importable
     by a .pth file, as an installed project would be."""
+    # Offline, from the pinned wheelhouse (`make setup`): skips if it lacks a wheel.
+    pins = wheelhouse.pin_file("numpy2")
     venv = tmp_path_factory.mktemp("numpy2") / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "numpy>=2,<3", "pyyaml",
-                          "prometheus_client"],
-                         capture_output=True, text=True, timeout=600)
+    pip = wheelhouse.install(str(venv / "bin" / "python"), pins, "numpy>=2,<3", "pyyaml",
+                             "prometheus_client")
     if pip.returncode != 0:
         pytest.skip(f"numpy 2 could not be installed here: {pip.stderr[-500:]}")
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c",
