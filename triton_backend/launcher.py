@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Iterable
 
 from triton_backend.supervisor import StubSupervisor
 
@@ -70,15 +73,55 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def free_ports(count: int = 3) -> list[int]:
-    """``count`` currently free TCP ports on localhost."""
-    sockets, ports = [], []
+# Ports the launcher picks itself come from BELOW the kernel's ephemeral range: a port from
+# the range (what binding port 0 returns) can be taken, between the pick and tritonserver's
+# bind, by any client connection's local end. The range is read from here.
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LOWEST_PICKED_PORT = 20000
+
+
+def _ephemeral_low() -> int | None:
     try:
-        for _ in range(count):
+        with open(EPHEMERAL_RANGE_FILE) as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_ports(count: int = 3, exclude: Iterable[int] = (),
+               rng: random.Random | None = None) -> list[int]:
+    """``count`` distinct TCP ports that are free on all interfaces right now (tritonserver
+    binds 0.0.0.0) and not in ``exclude``, picked at random below the ephemeral range when
+    there is room there (else whatever the kernel gives for port 0). Free NOW: someone may
+    still take one before the server binds it; ``TritonServer`` then starts again on new
+    ones."""
+    rng = rng or random.SystemRandom()
+    low = _ephemeral_low()
+    unwanted = set(exclude)
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        if low is not None and low - LOWEST_PICKED_PORT >= 100 * (count + len(unwanted)):
+            for _ in range(50 * count):
+                if len(ports) == count:
+                    break
+                port = rng.randrange(LOWEST_PICKED_PORT, low)
+                if port in ports or port in unwanted:
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError:
+                    s.close()
+                    continue
+                sockets.append(s)
+                ports.append(port)
+        while len(ports) < count:  # no room below the range, or all we tried were taken
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-            ports.append(s.getsockname()[1])
+            s.bind(("0.0.0.0", 0))
+            sockets.append(s)  # held (closed below) even when unwanted: the next is another
+            if s.getsockname()[1] not in unwanted:
+                ports.append(s.getsockname()[1])
     finally:
         for s in sockets:
             s.close()
@@ -87,6 +130,14 @@ def free_ports(count: int = 3) -> list[int]:
 
 class PortInUse(RuntimeError):
     """A port the server needs is taken."""
+
+
+# What tritonserver 2.51 prints when a port it binds is taken, e.g. ``failed to start HTTP
+# service: Unavailable - Socket '0.0.0.0:8000' already in use`` (gRPC also logs
+# ``Address already in use ... syscall:"bind"``), before it exits.
+ADDRESS_IN_USE = re.compile(r"already in use|address in use|error in bind", re.IGNORECASE)
+# How many times a server on ports the launcher picked starts again on new ones.
+PORT_RETRIES = 3
 
 
 def port_in_use(port: int) -> bool:
@@ -111,7 +162,11 @@ class TritonServer:
                  http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, log_path: str | None = None,
                  exit_timeout_s: int = 30, extra_args: tuple[str, ...] = ()):
-        if None in (http_port, grpc_port, metrics_port):
+        # Ports the launcher picked (none given) may be taken before the server binds them:
+        # then it starts again on new ones (PORT_RETRIES). Ports a caller fixed are refused
+        # when taken (PortInUse), never swapped.
+        self.ports_picked = None in (http_port, grpc_port, metrics_port)
+        if self.ports_picked:
             http_port, grpc_port, metrics_port = free_ports(3)
         self.model_repository = os.path.abspath(model_repository)
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
@@ -120,6 +175,10 @@ class TritonServer:
         self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen | None = None
         self._log_file = None
+        self.port_retries = 0  # starts again on new ports so far
+        self._tried_ports: set[int] = set()  # never tried twice
+        self._launched: subprocess.Popen | None = None  # the process start() ran
+        self._log_offset = 0  # where start()'s output begins in log_path
 
     @property
     def http_url(self) -> str:
@@ -141,8 +200,32 @@ class TritonServer:
                 f"--metrics-port={self.metrics_port}",
                 f"--exit-timeout-secs={self.exit_timeout_s}", *self.extra_args]
 
+    @property
+    def ports(self) -> tuple[int, int, int]:
+        return self.http_port, self.grpc_port, self.metrics_port
+
+    def _new_ports(self, why: str) -> None:
+        """Move to new free ports (only ports the launcher picked), saying so."""
+        old = self.ports
+        self.port_retries += 1
+        self._tried_ports.update(old)
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3, self._tried_ports)
+        message = (f"launcher: {why} on ports {_ports_text(old)}; retry {self.port_retries} of "
+                   f"{PORT_RETRIES} on new ports {_ports_text(self.ports)}")
+        print(message, file=sys.stderr, flush=True)
+        if self._log_readable():
+            with open(self.log_path, "a") as fh:
+                fh.write(message + "\n")
+
+    def _log_readable(self) -> bool:
+        return bool(self.log_path) and os.path.isfile(self.log_path)
+
     def start(self) -> "TritonServer":
-        busy = [p for p in (self.http_port, self.grpc_port, self.metrics_port) if port_in_use(p)]
+        while True:
+            busy = [p for p in self.ports if port_in_use(p)]
+            if not (busy and self.ports_picked and self.port_retries < PORT_RETRIES):
+                break
+            self._new_ports(f"port {', '.join(map(str, busy))} taken before the start")
         if busy:
             # Else readiness would be read off whoever holds the port, while this server
             # dies with "Address already in use".
@@ -151,6 +234,7 @@ class TritonServer:
                             "gRPC and metrics use the next two)")
         out = None
         if self.log_path:
+            self._log_offset = os.path.getsize(self.log_path) if self._log_readable() else 0
             self._log_file = open(self.log_path, "ab")
             out = self._log_file
         # Own session: a terminal's Ctrl-C reaches only the launcher, which then asks the
@@ -161,7 +245,32 @@ class TritonServer:
         self.process = subprocess.Popen(self.command(), env=env, stdout=out,
                                         stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True)
+        self._launched = self.process
         return self
+
+    def _lost_a_port(self) -> bool:
+        """Whether the server start() ran exited because a port was taken: its output says
+        so, or, when its output is not readable here (no log file, os.devnull), one of its
+        ports is taken now."""
+        if not self._log_readable():
+            return any(port_in_use(p) for p in self.ports)
+        with open(self.log_path, "rb") as fh:
+            fh.seek(self._log_offset)
+            output = fh.read().decode(errors="replace")
+        return bool(ADDRESS_IN_USE.search(output))
+
+    def _retry_on_new_ports(self) -> bool:
+        """After the server exited before ready: start again on new ports when it lost one
+        of the ports the launcher picked (at most PORT_RETRIES times); whether it did."""
+        if not (self.ports_picked and self.process is not None
+                and self.process is self._launched and self.port_retries < PORT_RETRIES
+                and self._lost_a_port()):
+            return False
+        code = self.process.returncode
+        self.stop()  # its stubs, if it had loaded models, and the log file
+        self._new_ports(f"tritonserver exited with code {code}: address already in use")
+        self.start()
+        return True
 
     def is_ready(self) -> bool:
         try:
@@ -172,9 +281,14 @@ class TritonServer:
             return False
 
     def wait_ready(self, timeout_s: float = 180.0) -> None:
+        """Wait until this server is ready. A server on ports the launcher picked that exits
+        because one was taken meanwhile starts again on new ones (http_url etc. change),
+        within the same ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
+                if self._retry_on_new_ports():
+                    continue
                 raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
             # Ready, and from this process (it still runs): never someone else's server. The
@@ -263,6 +377,11 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _ports_text(ports: tuple[int, int, int]) -> str:
+    http, grpc, metrics = ports
+    return f"HTTP {http}, gRPC {grpc}, metrics {metrics}"
 
 
 def loaded_models(http_url: str) -> list[str]:
