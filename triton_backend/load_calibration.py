@@ -18,6 +18,7 @@ No Triton import: the adapter logs the returned note.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -51,12 +52,13 @@ def fill_rows(profile: HardwareProfile, measured: list[tuple[int, int, float]],
     return rows
 
 
-def measure_profile_grid(profile: HardwareProfile, run: Callable, budget_s: float
+def measure_profile_grid(profile: HardwareProfile, run: Callable, budget_s: float,
+                         clock: Callable[[], float] = time.perf_counter
                          ) -> tuple[CalibrationResult, list[int], list[int]]:
     """Time ``run`` over the profile's grid (its batch and token limits, and
-    ``calibration.max_sequence_length``) within ``budget_s``: (result, batch sizes,
-    lengths). The model at load and ``explicit-batching calibrate table --measure`` both
-    measure through here."""
+    ``calibration.max_sequence_length``) within ``budget_s`` by ``clock``: (result, batch
+    sizes, lengths). The model at load and ``explicit-batching calibrate table --measure``
+    both measure through here."""
     sched = profile.scheduler
     batch_sizes, lengths = calibration_grid(sched.max_batch_size,
                                             profile.calibration.max_sequence_length,
@@ -64,14 +66,16 @@ def measure_profile_grid(profile: HardwareProfile, run: Callable, budget_s: floa
     # One untimed call first, outside the budget: the first run pays one-off set-up (torch's
     # lazy initialisation, a CUDA context) that would make every cell look too dear to fit.
     run(random_sequences(batch_sizes[0], lengths[0]))
-    result = measure_cost_table(run, batch_sizes, lengths, budget_s,
+    result = measure_cost_table(run, batch_sizes, lengths, budget_s, clock=clock,
                                 max_batch_tokens=sched.max_batch_tokens)
     return result, batch_sizes, lengths
 
 
 def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
-                      device_name: str = "") -> tuple[HardwareProfile, CalibrationResult | None, str]:
-    """(profile to schedule with, the measurement or None, one line for the load log)."""
+                      device_name: str = "", clock: Callable[[], float] = time.perf_counter
+                      ) -> tuple[HardwareProfile, CalibrationResult | None, str]:
+    """(profile to schedule with, the measurement or None, one line for the load log).
+    ``clock`` times the runs and the budget (a test's fake device brings its own)."""
     cal = profile.calibration
     if not cal.at_load:
         return profile, None, "cost table: not measured (calibration.at_load is false)"
@@ -85,7 +89,8 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
         return profile, None, (f"cost table: not measured (budget 0: calibration.{key}); the "
                                "profile's cost model is the seed")
     sched = profile.scheduler
-    result, batch_sizes, lengths = measure_profile_grid(profile, executor.run, budget_s)
+    result, batch_sizes, lengths = measure_profile_grid(profile, executor.run, budget_s,
+                                                        clock)
     if not result.rows:
         return profile, result, (f"cost table: no cell fit the {budget_s:g} s budget; the "
                                  "profile's cost model is the seed")

@@ -34,7 +34,7 @@ class FakeService(service_pb2_grpc.GRPCInferenceServiceServicer):
         if length == 4:
             context.abort(grpc.StatusCode.UNAVAILABLE, "queue full: test")
         if length == 5:
-            self.release.wait(10)
+            self.release.wait(60)  # longer than any hang guard: unanswered for the test
             context.abort(grpc.StatusCode.INTERNAL, "released at teardown")
         return service_pb2.ModelInferResponse(model_name=request.model_name)
 
@@ -69,16 +69,64 @@ def test_fixed_rate_and_phases():
     assert all(a.time_s <= b.time_s for a, b in zip(joined, joined[1:]))
 
 
+class AnswerCounter:
+    """Answers the generator has taken in (its callbacks, counted after they ran); set
+    ``all_in`` once ``expected`` have."""
+
+    def __init__(self, expected: int):
+        self.expected, self.count = expected, 0
+        self.lock = threading.Lock()
+        self.all_in = threading.Event()
+
+    def note(self) -> None:
+        with self.lock:
+            self.count += 1
+            if self.count >= self.expected:
+                self.all_in.set()
+
+
+class CountingGenerator(LoadGenerator):
+    """A LoadGenerator whose answers are counted as they arrive."""
+
+    def __init__(self, *args, counter: AnswerCounter, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.counter = counter
+
+    def _send_all(self, grpcclient, clients, schedule, scheduled, sent, send_errors, append,
+                  t0_box, on_start):
+        def counted(item):
+            append(item)
+            self.counter.note()
+        super()._send_all(grpcclient, clients, schedule, scheduled, sent, send_errors,
+                          counted, t0_box, on_start)
+
+
+class DrainClock:
+    """The drain's clock: stopped until every answerable request was answered, then a second
+    further at each reading, so any drain timeout passes at once. The cut comes after those
+    answers however slow the machine, and before any later one."""
+
+    def __init__(self, answered: threading.Event):
+        self.answered, self.now = answered, 0.0
+
+    def __call__(self) -> float:
+        if self.answered.is_set():
+            self.now += 1.0
+        return self.now
+
+
 def test_outcomes_lost_and_schedule(fake):
     service, url = fake
     # 60 ok, 20 UNAVAILABLE, 4 never answered, interleaved over 0.42 s.
     lengths = [3, 3, 3, 4] * 20 + [5] * 4
     arrivals = [Arrival(i * 0.005, n) for i, n in enumerate(lengths)]
-    gen = LoadGenerator(url, "fake", clients=2, include_sla=False)
+    counter = AnswerCounter(expected=80)
+    gen = CountingGenerator(url, "fake", clients=2, include_sla=False, counter=counter,
+                            drain_clock=DrainClock(counter.all_in))
     started = time.monotonic()
     result = gen.run(arrivals, drain_timeout_s=0.5)
     # A hang guard: the 4 unanswered requests never come back, so a drain that ignored its
-    # 0.5 s timeout would never end.
+    # timeout would never end.
     assert time.monotonic() - started < 30.0, "the drain did not stop at its timeout"
     assert result.planned == result.sent == 84 == service.calls
     assert result.ok == 60

@@ -4,12 +4,12 @@ only when every controller has its gauges, and chosen by time for the measured p
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from benchmarks.oscillation import WINDOW, ZONE, ZoneSampler
+from tests.eventually import eventually
 
 WAIT_S = 30.0  # hang guard: how long a test waits for the sampler's rounds
 
@@ -18,6 +18,7 @@ class _Page:
     def __init__(self):
         self.text = ""
         self.lock = threading.Lock()
+        self.served = 0  # pages served (one per sampling round: the sources share the page)
 
     def set(self, windows_ms: dict[str, float]) -> None:
         lines = []
@@ -36,6 +37,7 @@ def page():
         def do_GET(self):
             with page.lock:
                 body = page.text.encode()
+                page.served += 1
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
@@ -55,10 +57,7 @@ def page():
 
 
 def _wait_rounds(sampler: ZoneSampler, n: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while len(sampler.times_s) < n:
-        assert time.monotonic() < deadline, f"no {n} sampling rounds within {WAIT_S:g} s"
-        time.sleep(0.05)
+    eventually(lambda: len(sampler.times_s) >= n, WAIT_S, what=f"{n} sampling rounds")
 
 
 def _sources(url: str):
@@ -68,7 +67,8 @@ def _sources(url: str):
 def test_a_round_needs_every_controller_and_reads_each_one_s_window(page):
     page.set({"m_0_0": 4.0})  # the second instance has no gauges yet
     with ZoneSampler(_sources(page.url)) as sampler:
-        time.sleep(0.5)
+        # Two pages served: the sampler read the first one whole before it asked again.
+        eventually(lambda: page.served >= 2, WAIT_S, what="two sampling rounds read the page")
         assert sampler.times_s == []  # no round with a made-up 0 ms window
         page.set({"m_0_0": 4.0, "m_0_1": 6.0})
         _wait_rounds(sampler, 2)

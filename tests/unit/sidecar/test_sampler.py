@@ -303,7 +303,7 @@ def test_thread_delivers_samples_to_the_sink(absent_nvml, real_page):
     try:
         assert enough.wait(30.0)
     finally:
-        s.stop()
+        s.stop(timeout_s=30.0)  # a hang guard (the default 2 s join bets on the scheduler)
     assert not _sidecar_threads()
     assert s.latest() is received[-1]  # latest() is the newest sample
     taken = [x.taken_s for x in received]

@@ -1,6 +1,5 @@
 """Load-time calibration: the measured table becomes the estimator's seed."""
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -18,26 +17,33 @@ PROFILE = profile_from_mapping({
 
 
 class FlatDevice:
-    """Real (sleeping) work: 1 ms for any batch - a launch-bound device in miniature."""
+    """1 ms for any batch on its own clock (``clock``, which only its runs advance) - a
+    launch-bound device in miniature, timed the same on any machine."""
 
     measured_at_load = True
 
     def __init__(self):
         self.shapes = []
+        self.ticks = 0  # ms
+
+    def clock(self) -> float:
+        return self.ticks / 1000.0
 
     def run(self, sequences):
         self.shapes.append((len(sequences), len(sequences[0])))
-        time.sleep(0.001)
+        self.ticks += 1
         return None
 
 
 def test_a_real_executor_is_measured_and_its_table_becomes_the_seed():
     device = FlatDevice()
-    profile, result, note = calibrate_at_load(PROFILE, device, on_gpu=False, device_name="CPU x")
+    profile, result, note = calibrate_at_load(PROFILE, device, on_gpu=False, device_name="CPU x",
+                                              clock=device.clock)
     assert result is not None and result.complete
     assert "measured at load on CPU x" in note
+    assert {row["ms"] for row in result.rows} == {1.0}  # every cell, every run: 1 ms
     table = CostTable.from_rows(profile.cost_model.table)
-    assert table.lookup_ms(8, 64) == pytest.approx(1.1, abs=0.5)  # flat, not 1 + 0.5 ms
+    assert table.lookup_ms(8, 64) == 1.0  # flat, not the seed's 1 + 0.5 ms
     assert {(b, n) for b, n, _ in profile.cost_model.table} == {
         (b, n) for b in (1, 2, 4, 8) for n in (16, 32, 64)}
     scheduler = Scheduler.from_profile(profile)
@@ -46,7 +52,8 @@ def test_a_real_executor_is_measured_and_its_table_becomes_the_seed():
 
 def test_the_cpu_budget_caps_the_measurement():
     profile = replace(PROFILE, calibration=CalibrationConfig(budget_s=5.0, cpu_budget_s=0.0))
-    same, result, note = calibrate_at_load(profile, FlatDevice(), on_gpu=False)
+    device = FlatDevice()
+    same, result, note = calibrate_at_load(profile, device, on_gpu=False, clock=device.clock)
     assert same is profile and result is None and "budget 0" in note
 
 
