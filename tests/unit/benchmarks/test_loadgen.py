@@ -23,13 +23,15 @@ class FakeService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self):
         self.release = threading.Event()
-        self.calls = 0
+        self.calls = 0  # handlers entered (gRPC runs them on several threads)
+        self._lock = threading.Lock()
 
     def ServerLive(self, request, context):
         return service_pb2.ServerLiveResponse(live=True)
 
     def ModelInfer(self, request, context):
-        self.calls += 1
+        with self._lock:
+            self.calls += 1
         length = request.inputs[0].shape[-1]
         if length == 4:
             context.abort(grpc.StatusCode.UNAVAILABLE, "queue full: test")
@@ -128,7 +130,11 @@ def test_outcomes_lost_and_schedule(fake):
     # A hang guard: the 4 unanswered requests never come back, so a drain that ignored its
     # timeout would never end.
     assert time.monotonic() - started < 30.0, "the drain did not stop at its timeout"
-    assert result.planned == result.sent == 84 == service.calls
+    assert result.planned == result.sent == 84
+    # The server's side: every answered request reached it; the unanswered ones may not
+    # have (the generator closes its channels when the drain ends, cancelling a call still
+    # on its way to a handler).
+    assert 80 <= service.calls <= 84, service.calls
     assert result.ok == 60
     assert result.errors_by_code == {"UNAVAILABLE": 20}
     assert result.messages("UNAVAILABLE") == ["queue full: test"]
