@@ -26,6 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from triton_backend.tensor_contract import NUMPY_TYPES
+
 FAKE = True  # marks this module (conftest checks it is the one installed)
 
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
@@ -130,13 +132,7 @@ def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor 
     return None
 
 
-_NUMPY_TYPES = {
-    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
+_NUMPY_TYPES = NUMPY_TYPES  # the real mapping Triton's config names use
 
 
 def triton_string_to_numpy(type_string: str):
