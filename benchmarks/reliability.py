@@ -384,18 +384,21 @@ def missed_time_bound(ctx: Context, case: CaseResult, missed: str) -> None:
     bound: a failure. ``--quick`` (``make test``) reports it as a missed target with its
     measurement and the machine's load, never as a failure: a loaded 2-core machine may
     miss a bound of seconds while every behaviour holds."""
-    if ctx.quick:
-        case.warnings.append(f"time target missed ({missed}; load average "
-                             f"{load_average()}; a bound only in the full run)")
-    else:
-        case.failures.append(missed)
+    missed_full_run_bound(ctx, case, missed, f"time target missed ({missed}; load average "
+                                             f"{load_average()}; a bound only in the full run)")
 
 
 def missed_resource_bound(ctx: Context, case: CaseResult, missed: str) -> None:
     """A soak's resource bound (RSS growth, thread count) the case missed: a failure in the
     full run, a WARN in ``--quick``, whose seconds cannot tell a leak from noise."""
+    missed_full_run_bound(ctx, case, missed,
+                          f"resource target missed ({missed}; a bound only in the full run)")
+
+
+def missed_full_run_bound(ctx: Context, case: CaseResult, missed: str, warning: str) -> None:
+    """A bound of the full run only: ``missed`` is a failure there, ``warning`` in --quick."""
     if ctx.quick:
-        case.warnings.append(f"resource target missed ({missed}; a bound only in the full run)")
+        case.warnings.append(warning)
     else:
         case.failures.append(missed)
 
