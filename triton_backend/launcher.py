@@ -177,7 +177,6 @@ class TritonServer:
         self._log_file = None
         self.port_retries = 0  # starts again on new ports so far
         self._tried_ports: set[int] = set()  # never tried twice
-        self._launched: subprocess.Popen | None = None  # the process start() ran
         self._log_offset = 0  # where start()'s output begins in log_path
 
     @property
@@ -245,7 +244,6 @@ class TritonServer:
         self.process = subprocess.Popen(self.command(), env=env, stdout=out,
                                         stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True)
-        self._launched = self.process
         return self
 
     def _lost_a_port(self) -> bool:
@@ -263,8 +261,7 @@ class TritonServer:
         """After the server exited before ready: start again on new ports when it lost one
         of the ports the launcher picked (at most PORT_RETRIES times); whether it did."""
         if not (self.ports_picked and self.process is not None
-                and self.process is self._launched and self.port_retries < PORT_RETRIES
-                and self._lost_a_port()):
+                and self.port_retries < PORT_RETRIES and self._lost_a_port()):
             return False
         code = self.process.returncode
         self.stop()  # its stubs, if it had loaded models, and the log file
