@@ -189,6 +189,7 @@ def model_sample_sum(text: str, name: str, model: str) -> float:
 class ModelCounters:
     success: float = 0.0
     failure: float = 0.0  # summed over Triton's failure reasons
+    canceled: float = 0.0  # of those, reason CANCELED (a client's cancel, seen in Triton's queue)
     inferences: float = 0.0
     executions: float = 0.0
     request_us: float = 0.0
@@ -235,6 +236,8 @@ def parse_metrics(text: str) -> TritonMetrics:
             counters = out.models.setdefault(model, ModelCounters())
             attr = _COUNTERS.get(name) or _GAUGES[name]
             setattr(counters, attr, getattr(counters, attr) + float(sample.value))
+            if attr == "failure" and sample.labels.get("reason") == "CANCELED":
+                counters.canceled += float(sample.value)
         elif name in _GPU:
             out.gpu[_GPU[name]] = out.gpu.get(_GPU[name], 0.0) + float(sample.value)
         elif name == "nv_cpu_utilization":

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.triton_metrics import fetch_url, read_samples
+from sidecar.triton_metrics import ModelCounters, fetch_url, parse_metrics
 from tests.device_gate import DeviceGate
 from tests.eventually import HANG_GUARD_S, eventually
 
 __all__ = ["DeviceGate", "TritonCounts", "triton_counts", "triton_pending", "wait_pending"]
+
 
 @dataclass(frozen=True)
 class TritonCounts:
@@ -38,22 +39,9 @@ class TritonCounts:
 
 
 def triton_counts(metrics_url: str, model: str) -> TritonCounts:
-    """Triton's ``nv_inference_*`` counters of ``model`` now."""
-    samples = [s for s in read_samples(fetch_url(metrics_url, 5.0))
-               if s.labels.get("model") == model]
-
-    def total(name: str, **labels: str) -> float:
-        # the parser names a counter's samples <family>_total
-        return sum(s.value for s in samples if s.name in (name, name + "_total")
-                   and all(s.labels.get(k) == v for k, v in labels.items()))
-
-    return TritonCounts(
-        success=total("nv_inference_request_success"),
-        failure=total("nv_inference_request_failure"),
-        canceled=total("nv_inference_request_failure", reason="CANCELED"),
-        executions=total("nv_inference_exec_count"),
-        inferences=total("nv_inference_count"),
-        pending=total("nv_inference_pending_request_count"))
+    """Triton's ``nv_inference_*`` counters of ``model`` now (as the sidecar reads them)."""
+    c = parse_metrics(fetch_url(metrics_url, 5.0)).models.get(model, ModelCounters())
+    return TritonCounts(c.success, c.failure, c.canceled, c.executions, c.inferences, c.pending)
 
 
 def triton_pending(metrics_url: str, model: str) -> float:

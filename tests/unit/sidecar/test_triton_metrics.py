@@ -55,7 +55,9 @@ def test_failure_is_summed_over_reasons(real_page, set_value):
     page = set_value(page, "nv_inference_request_failure", "minilm", 2, reason="BACKEND")
     m = parse_metrics(page)
     assert m.models["emulated_native"].failure == 13
+    assert m.models["emulated_native"].canceled == 1  # the cancels among them, on their own
     assert m.models["minilm"].failure == 2
+    assert m.models["minilm"].canceled == 0
     assert m.models["emulated_explicit"].failure == 0
     assert m.models["emulated_native"].success == 240  # other counters untouched
 
