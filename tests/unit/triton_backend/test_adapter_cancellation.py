@@ -130,6 +130,24 @@ def hold_first_batch(pb_utils, adapter, model, send):
     return first
 
 
+def cancel_and_release(adapter, pb_utils, requests, cancelled: set[int]) -> None:
+    """With the device holding the first batch: the clients of ``requests[i]`` for ``i`` in
+    ``cancelled`` give up; then the gate opens, and every request is answered."""
+    for i in cancelled:
+        requests[i].cancelled = True
+    adapter.gate.open()
+    eventually(lambda: pb_utils.answered(requests), what="every request answered")
+
+
+def finish(adapter, pb_utils, model, spy, requests, cancelled: set[int]) -> None:
+    """The cancellations counted, the model finalized (no thread left that could send a
+    second answer), then the outcome checked: once each, nothing cancelled computed."""
+    counted_cancelled(pb_utils, len(cancelled))
+    adapter.finalize(model)
+    check_outcome(pb_utils, spy, requests, cancelled)
+    assert not pb_utils.logged("error")
+
+
 def test_release_drops_requests_cancelled_while_queued(adapter, pb_utils, cancel_check_now):
     """execute() queues and returns; the scheduler thread answers through the senders. Requests
     cancelled while they waited behind a running batch are answered CANCELLED, once."""
@@ -141,18 +159,9 @@ def test_release_drops_requests_cancelled_while_queued(adapter, pb_utils, cancel
     for req in queued:  # release: one request per call
         assert model.execute([req]) is None
     assert model.scheduler.queue_depth == len(queued)  # the scheduler thread is at the gate
-    requests = [first, *queued]
-    cancelled = {2, 4}
-    for i in cancelled:
-        requests[i].cancelled = True
-
-    adapter.gate.open()
-
-    eventually(lambda: pb_utils.answered(requests), what="every request answered")
-    counted_cancelled(pb_utils, len(cancelled))
-    adapter.finalize(model)  # no thread left that could send a second answer
-    check_outcome(pb_utils, spy, requests, cancelled)
-    assert not pb_utils.logged("error")
+    requests, cancelled = [first, *queued], {2, 4}
+    cancel_and_release(adapter, pb_utils, requests, cancelled)
+    finish(adapter, pb_utils, model, spy, requests, cancelled)
 
 
 def assert_released(result) -> None:
@@ -178,20 +187,11 @@ def test_gather_drops_requests_cancelled_while_queued(adapter, pb_utils, cancel_
     call(queued)  # gather: what queued in Triton meanwhile comes over in one call
     eventually(lambda: model.dispatcher.arrivals == 1 + len(queued),
                what="the second call's requests queued with the plugin")
-    requests = [first, *queued]
-    cancelled = {1, 3}
-    for i in cancelled:
-        requests[i].cancelled = True
-
-    adapter.gate.open()
-
-    eventually(lambda: pb_utils.answered(requests), what="every request answered")
+    requests, cancelled = [first, *queued], {1, 3}
+    cancel_and_release(adapter, pb_utils, requests, cancelled)
     eventually(lambda: not any(t.is_alive() for t in calls), what="both execute() calls returned")
     assert returned == [None, None]
-    counted_cancelled(pb_utils, len(cancelled))
-    adapter.finalize(model)
-    check_outcome(pb_utils, spy, requests, cancelled)
-    assert not pb_utils.logged("error")
+    finish(adapter, pb_utils, model, spy, requests, cancelled)
 
 
 def test_release_sweep_takes_cancelled_requests_out_of_the_queue(adapter, pb_utils,
