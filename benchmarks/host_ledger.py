@@ -17,6 +17,11 @@ Writes results/host_ledger.md (``--out``). The device is EMULATED on this 2-core
 are not a GPU's.
 
     .venv/bin/python scripts/host_ledger.py [--measurement-ms 4000] [--settings flat h200 host]
+    .venv/bin/python scripts/host_ledger.py --timeline DIR   # per-call timelines of a run
+
+``--timeline`` summarises the per-call timelines a run left (``EXPLICIT_BATCHING_TIMELINE_DIR``,
+written by the explicit models and, for comparison, by native): calls, their host time,
+and the device idle while requests wait (``idle_while_waiting``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from benchmarks import intake_check as ic
 from benchmarks.pages import write_page
 from benchmarks.repository import edit_model, set_max_batch_size
-from triton_backend.intake import DEFAULT_INTAKE
+from triton_backend.intake import DEFAULT_INTAKE, hand_over_s
+from triton_backend.timeline import read as read_timeline
 from triton_backend.launcher import TritonServer
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "host_ledger.md")
@@ -215,14 +221,76 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
     return lines + [""]
 
 
+IDLE_GAP_S = 1.0  # a gap this long between calls is a pause in the traffic, not serving
+
+
+def idle_while_waiting(records: list[dict]) -> dict:
+    """From one model's per-call timeline (``triton_backend/timeline.py``): how long the
+    device stood idle while requests waited for it. Counted: each call's time outside its
+    batches (decoding, admission, answers: its requests wait, the device does not run),
+    and the gap before a call that carried requests which queued in Triton during the
+    previous one (a hand-over: they waited through the gap); as a share of the time the
+    model was serving (calls and the gaps between them, pauses over IDLE_GAP_S left out). For an explicit model a
+    batch's span includes its decision and bookkeeping, for native only the executor's
+    run: the explicit figure is the smaller by that much."""
+    if not records:
+        return {}
+    inside = gaps = wall = 0.0
+    previous = None
+    for r in records:
+        run = sum(b[3] - b[2] for b in r["batches"] if b[0])
+        inside += (r["return_s"] - r["start_s"]) - run
+        wall += r["return_s"] - r["start_s"]
+        if previous is not None:
+            gap = r["start_s"] - previous["return_s"]
+            if gap <= IDLE_GAP_S:  # longer: the model had no traffic (another's turn)
+                wall += max(0.0, gap)
+            # native records no hand-over flag: a call that starts within the hand-over
+            # bound after the previous return counts as one, as the plugin judges it
+            bound = hand_over_s(r["requests"])
+            if r.get("handed_over") or (previous and 0 <= gap <= bound):
+                gaps += max(0.0, gap)
+        previous = r
+    calls = len(records)
+    return {"calls": calls, "requests_per_call": sum(r["requests"] for r in records) / calls,
+            "call_ms": 1000 * sum(r["return_s"] - r["start_s"] for r in records) / calls,
+            "host_ms_per_call": 1000 * inside / calls, "handed_over_gap_ms": 1000 * gaps,
+            "idle_while_waiting_share": (inside + gaps) / wall if wall > 0 else 0.0,
+            "early_sends": sum(r.get("early_sends", 0) for r in records)}
+
+
+def timeline_table(folder: str) -> list[str]:
+    """One row per model timeline in ``folder``."""
+    lines = ["| model | calls | requests per call | ms per call | host ms per call (outside "
+             "batches) | idle gap before hand-overs (ms, total) | device idle while "
+             "requests wait (share of the wall time) | answers sent early |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".timeline.jsonl"):
+            continue
+        f = idle_while_waiting(read_timeline(os.path.join(folder, name)))
+        if f:
+            lines.append(f"| {name.split('.')[0]} | {f['calls']} | {f['requests_per_call']:.1f} "
+                         f"| {f['call_ms']:.2f} | {f['host_ms_per_call']:.2f} | "
+                         f"{f['handed_over_gap_ms']:.0f} | {f['idle_while_waiting_share']:.3f} "
+                         f"| {f['early_sends']} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeline", default="",
+                        help="only summarise the per-call timelines in this folder "
+                             "(EXPLICIT_BATCHING_TIMELINE_DIR of a run) and print the table")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--measurement-ms", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--title", default="")
     args = parser.parse_args()
+    if args.timeline:
+        print("\n".join(timeline_table(args.timeline)))
+        return 0
     blocks = []
     with tempfile.TemporaryDirectory(prefix="ledger-") as tmp:
         for setting in args.settings:

@@ -195,6 +195,14 @@ class ControlConfig:
     # exact, and a request refused that would have made it is a loss Triton's batcher
     # never has. 0 = refuse on any predicted miss.
     infeasible_margin_ms: float = 0.0
+    # Refuse only under a sustained overload: while the share of queued requests that the
+    # estimate calls late, smoothed over refusal_window_ms, is at least this. A short
+    # stall (the host descheduling the server, a clump of sends) leaves a few requests
+    # late at loads the device carries; they are served late, as Triton's batcher serves
+    # them, and a real overload, where most of the queue is late, is refused. 0: refuse
+    # every request the estimate calls late, at once.
+    refusal_late_share: float = 0.2
+    refusal_window_ms: float = 500.0
 
 
 @dataclass(frozen=True)

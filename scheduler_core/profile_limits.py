@@ -52,6 +52,8 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "max_padding_waste": (0.0, 1.0),
     "min_batch_fill": (0.0, 1.0),
     "infeasible_margin_ms": (0.0, 60_000.0),
+    "refusal_late_share": (0.0, 1.0),
+    "refusal_window_ms": (1.0, 600_000.0),
     "budget_s": (0.0, 600.0),
     "cpu_budget_s": (0.0, 600.0),
     "max_sequence_length": (1, 1_000_000),

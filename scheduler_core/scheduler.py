@@ -118,6 +118,10 @@ class Scheduler:
             mode: make_former(name, cfg, ctl, estimator, small_queue)
             for mode, name in ((Mode.DEFAULT, safe), (Mode.EXPLICIT, ctl.explicit_former),
                                (Mode.EMERGENCY, ctl.emergency_former))}
+        # The smoothed share of the queue that the estimate calls late (_refusing_pays).
+        self.late_share = 0.0
+        self._late_share_at_s = start_s
+        self._overloaded = self.control.refusal_late_share <= 0
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
                        "emergency_batches": 0, "compensation_batches": 0,
                        "explicit_batches": 0}
@@ -217,6 +221,10 @@ class Scheduler:
         behind, correction = self._behind(), self.estimator.correction
         doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
                                     self.small_queue)
+        if start_s == now_s and self._queue:  # the decision's first look: update it
+            self._overloaded = self._refusing_pays(now_s, len(doomed))
+        if doomed and not self._overloaded:  # only the hopeless: late even alone, at once
+            doomed = [e for e in doomed if e.alone_ms * correction > e.req.sla_ms]
         if not doomed:
             return ()
         self._queue.discard(doomed)
@@ -234,6 +242,25 @@ class Scheduler:
             self.counts["emergency_batches"] += 1
         if mode == Mode.EXPLICIT:
             self.counts["explicit_batches"] += 1
+
+    def _refusing_pays(self, now_s: float, late: int) -> bool:
+        """Refuse a late request only under a sustained overload (``refusal_late_share`` of
+        the queue late, smoothed over ``refusal_window_ms``; see ControlConfig); one that
+        is late even alone and at once (its SLA below its own run time) is refused always.
+        ``late`` of the queue's requests miss their deadline by the estimate now. Below
+        that share a late request
+        rides in a batch that runs anyway and is served late, as Triton's batcher would
+        serve it (perf_analyzer, flat profile at 0.8 of native's peak: the host's
+        scheduling stalls, which native's requests wait through as well, made the plugin
+        refuse requests that native served; results/hold_speed.md)."""
+        ctl = self.control
+        if ctl.refusal_late_share <= 0:
+            return True
+        dt = max(0.0, now_s - self._late_share_at_s)
+        self._late_share_at_s = now_s
+        weight = 1.0 - math.exp(-dt * 1000.0 / ctl.refusal_window_ms)
+        self.late_share += weight * (late / len(self._queue) - self.late_share)
+        return self.late_share >= ctl.refusal_late_share
 
     def _behind(self) -> bool:
         return len(self._queue) >= self.cfg.max_batch_size

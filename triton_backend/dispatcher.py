@@ -26,6 +26,7 @@ from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
 
 from .control_metrics import ControlMetrics
+from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 from .responder import Responder
 from .responses import embedding_response, error, outputs_response, send
 from .tensor_contract import GenericRequest
@@ -33,13 +34,6 @@ from .tensor_contract import GenericRequest
 STATS_LOG_PERIOD_S = 5.0
 CANCEL_SWEEP_PERIOD_S = 1.0
 CANCEL_SWEEP_MAX = 256  # each is_cancelled() is a message to the server
-# Before a batch runs, only members that waited at least this long are asked whether their
-# client cancelled: each question is a round trip to the server (~0.1 ms, measured with
-# cProfile at 300 req/s), and a client rarely gives up within a few ms of sending. It was
-# 20 ms; at the closed-loop peak (64 in flight) most members wait longer than that, and the
-# questions cost ~40 us of stub CPU per request (cProfile, time scale 0.01: 7,135 questions
-# of 0.23 ms for 42,872 requests). Those that waited less are computed even if cancelled.
-CANCEL_CHECK_MIN_WAIT_S = 0.1
 
 
 @dataclass
@@ -55,6 +49,9 @@ class Pending:
     # in it: its answer is returned from that call (none is sent from another thread).
     responses: list | None = None
     slot: int = -1
+    # intake hold: the earliest it can have arrived (the previous call's start): whether
+    # its client may have cancelled it is asked by this date, not the arrival estimate
+    earliest_s: float = float("inf")
 
 
 def reply(handle: Pending, response) -> None:
@@ -170,24 +167,12 @@ class Dispatcher:
                 self._batch_finished(batch, started, succeeded=False)
         return now, decision, arrivals_seen
 
-    def flush_queue(self, between_passes: Callable[[], None]) -> None:
-        """Intake hold: dispatch until the queue is empty (every pass ships or sheds
-        something), calling ``between_passes`` while work remains (it sends the answers
-        made so far); a step that fails and frees nothing fails what is left (INTERNAL)."""
-        while self.scheduler.queue_depth:
-            depth = self.scheduler.queue_depth
-            try:
-                self.dispatch_once(flush=True)
-            except Exception:  # its requests were answered (INTERNAL); serve the rest
-                self.step_failed()
-                if self.scheduler.queue_depth >= depth:  # nothing left the queue: stop
-                    with self.cond:
-                        stuck = self.scheduler.drain()
-                    for r in stuck:
-                        self.answer(r, error("scheduler failed before this request ran",
-                                             pb_utils.TritonError.INTERNAL))
-            if self.scheduler.queue_depth:
-                between_passes()
+    def fail_queued(self, message: str) -> None:
+        """Fail (INTERNAL) whatever is still queued: a step failed and freed nothing."""
+        with self.cond:
+            stuck = self.scheduler.drain()
+        for r in stuck:
+            self.answer(r, error(message, pb_utils.TritonError.INTERNAL))
 
     def step_failed(self) -> None:
         """A scheduling step raised (its requests were answered): count and log it."""
@@ -242,7 +227,8 @@ class Dispatcher:
         (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more)."""
         kept = []
         for r in batch:
-            if now - r.arrival_s >= CANCEL_CHECK_MIN_WAIT_S and self._is_cancelled(r):
+            waited = now - min(r.arrival_s, r.handle.earliest_s)
+            if waited >= CANCEL_CHECK_MIN_WAIT_S and self._is_cancelled(r):
                 self._answer_cancelled(r)
             else:
                 kept.append(r)

@@ -36,7 +36,7 @@ from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
 from .bls import BLSExecutor, GenericBLSExecutor
 from .control_metrics import SIDECAR_DISABLED, ControlMetrics
 from .dispatcher import Dispatcher, Pending, reply
-from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, EmulatedDevice
+from .executors import EmulatedDevice
 from .intake import make_intake
 from .waker import Waker
 from .load_calibration import calibrate_at_load
@@ -44,11 +44,11 @@ from .model_loading import (LoadRefused, check_inner_model, choose_intake, inner
                             instance_index, instance_placement, is_embedding_contract,
                             load_profile, make_executor, queue_prefetches)
 from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
-from .request_decoding import RequestError, decode_request
+from .request_decoding import RequestError
 from .responder import Responder
-from .tensor_contract import decode_generic
-from .responses import (built, check_numpy, error, input_array, placeholder_inputs,
-                        request_parameters, send, timeout_us)
+from .hold_driver import HoldDriver
+from .responses import check_numpy, decode, error, placeholder_inputs
+from .timeline import TIMELINE_ENV, Timeline
 
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
 # model profiles its execute() calls, its scheduler thread and its responder thread
@@ -58,7 +58,6 @@ CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
 WAKE_REQUEST_ID = "explicit-batching-wake"  # waker.Waker's requests
 WAKE_STOP_WAIT_S = 2.0  # at unload, for the wake requests still under way
-_SENT = object()  # intake hold: a slot of the call's list whose answer was already sent
 
 
 class ExplicitModel:
@@ -150,6 +149,13 @@ class ExplicitModel:
                                                     name="explicit-metrics")
             self._metrics_thread.start()
         self._start_waker()
+        self._hold = None
+        if not threaded:
+            self._hold = HoldDriver(
+                self.model_name, self.dispatcher, self.intake, self._decode,
+                self.profile.scheduler.default_sla_ms,
+                Timeline(self.model_name, os.environ.get(TIMELINE_ENV) or None),
+                is_wake=self._is_wake if self._waker is not None else None)
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
@@ -213,22 +219,13 @@ class ExplicitModel:
                 profiler.disable()
             self._thread_cpu_s["execute"] += time.thread_time() - cpu0
 
-    def _decode_call(self, requests, arrival: float, responses: list | None = None
-                     ) -> tuple[list[QueuedRequest], float, int]:
-        """A call's valid requests as queued requests (``responses``: intake hold's list
-        their answers go to); an invalid one is answered INVALID_ARG at once. Also the
-        smallest SLA among them and the number of wake requests answered."""
+    def _decode_call(self, requests, arrival: float) -> tuple[list[QueuedRequest], float]:
+        """A threaded intake's call: its valid requests as queued requests (an invalid one
+        is answered INVALID_ARG at once), and the smallest SLA among them."""
         queued: list[QueuedRequest] = []
         min_sla_ms = math.inf
-        wakes = 0
-        for i, request in enumerate(requests):
-            handle = Pending(request, None if responses is not None
-                             else request.get_response_sender(), None,
-                             responses=responses, slot=i)
-            if self._waker is not None and request.request_id() == WAKE_REQUEST_ID:
-                wakes += 1
-                reply(handle, pb_utils.InferenceResponse())
-                continue
+        for request in requests:
+            handle = Pending(request, request.get_response_sender(), None)
             try:
                 decoded = self._decode(request)
             except RequestError as exc:
@@ -241,23 +238,16 @@ class ExplicitModel:
             min_sla_ms = min(min_sla_ms, sla_ms)
             queued.append(QueuedRequest(next(self._ids), int(decoded.input_ids.size),
                                         arrival, sla_ms, handle))
-        return queued, min_sla_ms, wakes
+        return queued, min_sla_ms
 
     def _decode(self, request):
-        if self.contract is not None:
-            c = self.contract
-            names = [c.sequence.name, *(t.name for t in c.pass_through), "SLA_MS"]
-            return decode_generic(c, {name: input_array(request, name) for name in names},
-                                  request_parameters(request), timeout_us(request))
-        return decode_request(input_array(request, "INPUT_IDS"),
-                              input_array(request, "SLA_MS"), request_parameters(request),
-                              MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, timeout_us(request))
+        return decode(request, self.contract)
 
     def _execute_queued(self, requests):
         """A threaded intake (release, gather): queue the call's requests for the scheduler
         thread and return (gather: once the batch in flight has ended)."""
         now = time.monotonic()
-        queued, min_sla_ms, _ = self._decode_call(requests,
+        queued, min_sla_ms = self._decode_call(requests,
                                                   self.intake.call_arrival(now, len(requests)))
         generation = self.intake.generation()  # a release from now on lets it return
         self.dispatcher.submit(queued, now)
@@ -265,36 +255,20 @@ class ExplicitModel:
         return None
 
     def _execute_held(self, requests):
-        """intake hold: decide, run and answer this call's requests in this thread. None is
-        released before it is answered, so a stub crash leaves the rest to Triton, which
-        fails them (INTERNAL). Answers made while more of the call's work remains
-        (refusals, every batch but the last) are sent at once through the request's
-        response sender (Triton then counts that request closed: python_backend r24.09,
-        ``ProcessRequests``); the last batch's are returned. Triton's dynamic batcher
-        queues what arrives meanwhile and hands it over in the next call: one decision
-        pass per batch, not per arrival, and no hand-over between threads."""
-        now = time.monotonic()
+        """intake hold: ``hold_driver.HoldDriver`` decides, runs and answers this call's
+        requests in this thread and returns their answers (the waker hears of the call)."""
         waker = self._waker
-        if waker is not None:
-            waker.call_started()
-        responses: list = [None] * len(requests)
-        queued, _, wakes = self._decode_call(
-            requests, self.intake.call_arrival(now, len(requests)), responses)
-        self.dispatcher.submit(queued, now)
-        self.dispatcher.flush_queue(lambda: self._send_ready(requests, responses))
-        done = time.monotonic()
-        self.intake.call_returned(now, done)
-        if waker is not None:
-            waker.call_returned(done, answered_real=wakes < len(requests))
-        self.dispatcher.maybe_log_stats(done)
-        return [None if response is _SENT else built(response) for response in responses]
+        if waker is None:
+            return self._hold.execute(requests)
+        waker.call_started()
+        responses = self._hold.execute(requests)
+        waker.call_returned(time.monotonic(),
+                            answered_real=self._hold.last_wakes < len(requests))
+        return responses
 
-    def _send_ready(self, requests, responses: list) -> None:
-        """intake hold: send the call's answers made so far; their slots become _SENT."""
-        for i, response in enumerate(responses):
-            if response is not None and response is not _SENT:
-                responses[i] = _SENT
-                send(requests[i].get_response_sender(), built(response))
+    @staticmethod
+    def _is_wake(request) -> bool:
+        return request.request_id() == WAKE_REQUEST_ID
 
     def _send_wake(self) -> bool:
         """waker.Waker's wake request: into this model, answered (empty) by the next call;
@@ -360,7 +334,10 @@ class ExplicitModel:
             os.makedirs(self._profile_dir, exist_ok=True)
             profiler.dump_stats(os.path.join(self._profile_dir, f"{self.model_name}.{name}.pstats"))
         cpu = " ".join(f"{k}={v:.2f}" for k, v in self._thread_cpu_s.items())
+        if self._hold is not None:
+            self._hold.timeline.flush()
         pb_utils.Logger.log_info(
             f"{self.model_name}: unloading; thread CPU s: {cpu}; "
             f"requests={self.dispatcher.arrivals};{self.intake.summary()}"
+            + (self._hold.timeline.summary() if self._hold is not None else "")
             + (self._waker.summary() if self._waker is not None else ""))

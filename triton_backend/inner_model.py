@@ -5,6 +5,8 @@ use it; Triton (or a BLS caller) hands it requests and it runs them as one batch
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from .model_loading import LoadRefused, instance_placement, make_executor
 from .model_settings import ModelSettings, SettingsError
 from .request_decoding import RequestError, decode_padded_batch
 from .responses import check_numpy, error, input_array
+from .timeline import TIMELINE_ENV, Timeline
 
 
 class InnerModel:
@@ -33,10 +36,20 @@ class InnerModel:
         except (SettingsError, LoadRefused) as exc:
             raise pb_utils.TritonModelException(str(exc)) from None
         pb_utils.Logger.log_info(f"{args['model_name']}: {self.placement.why}")
+        # The per-call timeline, as the explicit models keep it (only where asked for:
+        # the native baseline's calls beside the plugin's, scripts/host_ledger.py).
+        folder = os.environ.get(TIMELINE_ENV)
+        self.timeline = Timeline(args["model_name"], folder) if folder else None
+
+    def finalize(self):
+        if self.timeline is not None:
+            self.timeline.flush()
 
     def execute(self, requests):
         """One batch per call: every valid request's rows together; an invalid request is
         answered INVALID_ARG and the rest still run."""
+        record = (self.timeline.begin(time.monotonic(), len(requests))
+                  if self.timeline is not None else None)
         responses: list[Any] = [None] * len(requests)
         sequences: list[np.ndarray] = []
         owners: list[tuple[int, int]] = []  # (request index, number of rows)
@@ -50,6 +63,7 @@ class InnerModel:
             sequences.extend(rows)
             owners.append((i, len(rows)))
         if sequences:
+            started = time.monotonic()
             try:
                 embeddings = self.executor.run(sequences)
             except Exception as exc:  # one failed batch fails its requests, not the model
@@ -63,5 +77,9 @@ class InnerModel:
                                           embeddings[offset:offset + n].astype(np.float32))
                     responses[i] = pb_utils.InferenceResponse(output_tensors=[out])
                     offset += n
+            if record is not None:
+                record.batch(len(sequences), 0, started, time.monotonic(), 0.0, "native")
+        if record is not None:
+            self.timeline.end(record, time.monotonic())
         return responses
 

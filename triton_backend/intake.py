@@ -2,20 +2,15 @@
 part each (no Triton import: unit-tested without a server). ``intake_config`` writes each
 one's ``config.pbtxt``; ``ExplicitModel`` (``explicit_model``) drives them.
 
-* ``hold`` (the shipped default): Triton's dynamic batcher (delay 0) in front.
-  ``execute()`` decides, runs and answers its own requests in the calling thread (no
-  scheduler thread, no responder threads, one decision pass per batch), so they stay
-  Triton's until answered and a stub crash fails them (INTERNAL, within about a second)
-  instead of losing them. Answers made while more of the call's work remains - refusals,
-  every batch but the last - go out at once through the request's response sender; the
-  last batch's are returned. What arrives meanwhile waits in Triton's queue and comes over
-  in the next call; that backlog is invisible to the plugin: the requests' arrival is
-  estimated (``hand_over_arrival``), so the plugin refuses at hand-over what can no longer
-  make its deadline, but past capacity such a refusal may come after the deadline; Triton's
-  ``default_queue_policy`` bounds the backlog (``max_queue_size``: beyond it Triton refuses
-  at once, UNAVAILABLE). With that bound Triton's queue cannot prefetch and its batcher
-  loses a wake-up now and then; ``waker.Waker`` (opt-in) sends the model a wake
-  request when no call follows one that returned.
+* ``hold`` (the shipped default): Triton's dynamic batcher (delay 0, no queue policy, so
+  its queue prefetches) in front. ``execute()`` decides, runs and answers its own requests
+  in the calling thread (``hold_driver.HoldDriver``: no scheduler thread, no responder
+  threads), so they stay Triton's until answered and a stub crash fails them (INTERNAL,
+  within about a second) instead of losing them. Answers go back in the call's returned
+  list, except one that is in time now and would be late at the call's estimated end,
+  which goes at once through its response sender. What arrives meanwhile waits in
+  Triton's queue and comes over, all of it, in the next call; the plugin is not told when
+  it arrived and dates it conservatively (``HoldIntake.admission_arrival``).
 * ``release``: ``execute()`` queues its requests and returns at once; the plugin alone
   holds them, sees the whole queue and decides every wait. One ``execute()`` call per
   request. A crash of its Python stub loses them: Triton 2.51's Python backend keeps
@@ -188,6 +183,22 @@ class HoldIntake(_Base):
 
     def call_arrival(self, now_s: float, requests: int) -> float:
         return hand_over_arrival(now_s, self._previous, requests)
+
+    def admission_arrival(self, now_s: float, requests: int) -> tuple[float, bool]:
+        """(the arrival date ``hold_driver`` gives a call's requests, whether they queued
+        in Triton during the previous call). Conservative: a hand-over's requests count
+        from the previous call's start, the earliest they can have arrived, so a refusal
+        never takes a request for younger than it is; a call that starts later than
+        ``hand_over_s(requests)`` after the last return found Triton's queue empty then."""
+        previous = self._previous
+        if previous is not None and now_s - previous[1] <= hand_over_s(requests):
+            return previous[0], True
+        return now_s, False
+
+    def earliest_arrival(self, now_s: float) -> float:
+        """The earliest a call's requests can have arrived, whatever the gap before the
+        call: the previous call's start (now, for the first call)."""
+        return now_s if self._previous is None else self._previous[0]
 
     def call_returned(self, start_s: float, end_s: float) -> None:
         self._previous = (start_s, end_s)

@@ -9,19 +9,22 @@ from __future__ import annotations
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-HOLD_MAX_HAND_OVER = 128  # requests Triton hands over in one execute() call
+# Requests Triton hands over in one execute() call under intake hold. With no queue policy
+# Triton's queue prefetches: the next payload grows while a call runs, and a call takes
+# everything that arrived since the previous one started, so the plugin's arrival dates
+# are bounded (hold_driver) and the backlog it cannot see is one call's arrivals. Chosen
+# by measurement (scripts/hold_speed.py, results/hold_speed.md: flat GPU-like profile,
+# perf_analyzer): 1024 held the closed loop at 64 in flight where 64 and 256 refused, and
+# its calls stayed as short as theirs (a call ends when its feasible work is done).
+HOLD_MAX_HAND_OVER = 1024
 GATHER_MAX_HAND_OVER = 512
-# Triton's queue in front of intake hold: past this many waiting requests Triton refuses
-# new ones at once (UNAVAILABLE). Without a bound the backlog the plugin cannot see grew
-# without limit under overload (scripts/reliability.py, 2x for 60 s: latency to 70 s and
-# 10,211 requests never answered in time). Any default_queue_policy (max_queue_size alone,
-# or allow_timeout_override alone) stops Triton 2.51's queue from prefetching, and then its
-# batcher loses a wake-up now and then: ~500 ms gaps between execute() calls with work
-# queued (closed loop, flat profile, 64 in flight: 3-30 in ~400 calls, 262-1,440 req/s
-# instead of 1,550-1,830 without a policy). The plugin's wake requests (waker.Waker,
-# opt-in: parameter wake_after_us) end most of those gaps, not while the queue is full
-# (Triton refuses them too). 0: no policy.
-HOLD_MAX_QUEUE_SIZE = 128
+# Triton's queue bound in front of intake hold; 0 (the default): no default_queue_policy.
+# Any policy (max_queue_size, default_timeout_microseconds, or allow_timeout_override)
+# stops Triton 2.51's queue from prefetching, and then its batcher loses a wake-up now and
+# then: ~500 ms gaps between execute() calls with work queued (docs/platform.md). The
+# plugin enforces a client's timeout itself (hold_driver) and refuses under a sustained
+# overload (control.refusal_late_share), which bound the backlog instead.
+HOLD_MAX_QUEUE_SIZE = 0
 
 
 def parse(config: str) -> mc.ModelConfig:

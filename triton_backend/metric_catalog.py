@@ -10,7 +10,8 @@ from scheduler_core.policy import FORMER_NAMES  # noqa: F401  (formed_batches_to
 PREFIX = "explicit_batching_"
 SLA_CLASSES = ((50.0, "le50ms"), (100.0, "le100ms"), (200.0, "le200ms"), (1000.0, "le1000ms"),
                (math.inf, "gt1000ms"))
-REJECT_REASONS = ("deadline_infeasible", "queue_full", "invalid_input", "shutting_down")
+REJECT_REASONS = ("deadline_infeasible", "queue_full", "invalid_input", "shutting_down",
+                  "timed_out")
 BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
 PADDING_WASTE_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75]
 SIDECAR_DISABLED = -1.0

@@ -28,6 +28,7 @@ class RequestError(ValueError):
 class DecodedRequest:
     input_ids: np.ndarray  # int64, shape [seq_len]
     sla_ms: float | None  # None = use the profile's default
+    timeout_ms: float = 0.0  # Triton's per-request timeout (0: none); intake hold enforces it
 
 
 def sla_value(value: Any, where: str) -> float:
@@ -106,7 +107,7 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
     check_sequence(ids, max_seq_len, vocab_size)
 
     return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64),
-                          decode_sla(sla_input, parameters, timeout_us))
+                          decode_sla(sla_input, parameters, timeout_us), timeout_us / 1000.0)
 
 
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],

@@ -8,6 +8,10 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
+from .request_decoding import decode_request
+from .tensor_contract import decode_generic
+
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -65,6 +69,19 @@ def timeout_us(request) -> int:
 def input_array(request, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
+
+
+def decode(request, contract=None):
+    """One request's inputs, validated: ``DecodedRequest`` for the INPUT_IDS -> EMBEDDING
+    contract (``contract`` None), else ``GenericRequest`` of ``contract``; raises
+    ``RequestError`` naming the problem."""
+    if contract is not None:
+        names = [contract.sequence.name, *(t.name for t in contract.pass_through), "SLA_MS"]
+        return decode_generic(contract, {name: input_array(request, name) for name in names},
+                              request_parameters(request), timeout_us(request))
+    return decode_request(input_array(request, "INPUT_IDS"), input_array(request, "SLA_MS"),
+                          request_parameters(request), MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE,
+                          timeout_us(request))
 
 
 def placeholder_inputs(config: dict) -> list:

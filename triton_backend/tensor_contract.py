@@ -105,6 +105,7 @@ class GenericRequest:
     sequence: np.ndarray  # 1-D, the model's dtype
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # each [1, ...]
     sla_ms: float | None = None
+    timeout_ms: float = 0.0  # Triton's per-request timeout (0: none); intake hold enforces it
 
     @property
     def input_ids(self) -> np.ndarray:  # the name the adapter's queue uses
@@ -148,7 +149,8 @@ def decode_generic(contract: Contract, tensors: Mapping[str, np.ndarray | None],
                                f", got {list(value.shape)}")
         extras[t.name] = value
     return GenericRequest(np.ascontiguousarray(seq), extras,
-                          decode_sla(tensors.get(SLA_INPUT), parameters, timeout_us))
+                          decode_sla(tensors.get(SLA_INPUT), parameters, timeout_us),
+                          timeout_us / 1000.0)
 
 
 # -- one batch ------------------------------------------------------------------------------

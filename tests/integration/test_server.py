@@ -279,14 +279,15 @@ def test_http_sla_request_parameter(server):
 def test_the_request_timeout_is_the_sla_when_none_is_given(server):
     """Triton's own per-request ``timeout`` (microseconds) serves as the SLA when neither
     SLA_MS nor sla_ms is sent: 1 ms is refused as infeasible, as an SLA of 1 ms is; an
-    explicit SLA wins over it. (Triton's queue honours the same timeout: a request the
-    batcher hands over later than 1 ms after its arrival, on a loaded machine, is refused
-    there first, "Request timeout expired". Either refusal is UNAVAILABLE; what the plugin
+    explicit SLA wins over it. (A request handed over later than 1 ms after its arrival,
+    on a loaded machine, is refused at hand-over instead, "request timed out"; behind a
+    queue policy Triton's queue refuses it first, "Request timeout expired". Every such
+    refusal is UNAVAILABLE; what the plugin
     must never do is refuse a request whose explicit SLA it can meet.)"""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        with pytest.raises(InferenceServerException,
-                           match="deadline infeasible|Request timeout expired") as err:
+        with pytest.raises(InferenceServerException, match="deadline infeasible|"
+                           "Request timeout expired|request timed out") as err:
             client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, None),
                          timeout=1000)
         assert "UNAVAILABLE" in str(err.value.status())
@@ -294,7 +295,9 @@ def test_the_request_timeout_is_the_sla_when_none_is_given(server):
             ok = client.infer("emulated_explicit",
                               _inputs(grpcclient, _ids(8), np.int64, 60000.0), timeout=1000)
         except InferenceServerException as exc:
-            assert "Request timeout expired" in str(exc), f"the explicit SLA lost: {exc}"
+            # the client's own timeout passed before hand-over: refused for it, naming it
+            assert ("Request timeout expired" in str(exc) or "request timed out" in str(exc)
+                    ), f"the explicit SLA lost: {exc}"
         else:
             assert ok.as_numpy("EMBEDDING").shape == (1, 384)
         ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, None),

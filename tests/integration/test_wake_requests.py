@@ -38,7 +38,8 @@ def server(tmp_path_factory):
     repo = str(tmp_path_factory.mktemp("wake") / "repo")
     extra = ('parameters { key: "sidecar" value: { string_value: "off" } }\n'
              f'parameters {{ key: "wake_after_us" value: {{ string_value: "{WAKE_US}" }} }}\n')
-    emulated_copy(repo, BOUNDED, extra=extra)  # the shipped config: bounded
+    # bounded as the shipped config was before it dropped the queue policy
+    emulated_copy(repo, BOUNDED, lambda c: hold_config(c, max_queue_size=128), extra=extra)
     emulated_copy(repo, UNBOUNDED, lambda c: hold_config(c, max_queue_size=0), extra=extra)
     emulated_copy(repo, SHIPPED, extra=extra.splitlines(keepends=True)[0])  # no parameter
     log = str(tmp_path_factory.mktemp("wakelogs") / "tritonserver.log")

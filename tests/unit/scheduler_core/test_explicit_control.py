@@ -387,7 +387,7 @@ def test_sla_guard_dispatches_explicit_batch_before_its_deadline():
 # -- infeasible requests ------------------------------------------------------------------------
 
 def test_reject_policy_returns_infeasible_requests():
-    s = make(control=ctl(infeasible_policy="reject"))
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.0))
     submit(s, 0.0, req(0, 0.0, sla_ms=0.5), req(1, 0.0), req(2, 0.0, sla_ms=10.0))
     d = s.schedule(0.0)
     assert [r.request_id for r, _ in d.rejected] == [0]
@@ -408,7 +408,7 @@ def test_reject_policy_returns_infeasible_requests():
 def test_a_refusal_carries_the_estimate_it_was_made_on():
     """The client's message says why: the estimated finish against the SLA, the wait, the
     run time and the correction - numbers the test can check against the request."""
-    s = make(control=ctl(infeasible_policy="reject"))
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.0))
     submit(s, 0.0, req(0, 0.0, sla_ms=0.8), req(1, 0.0))
     (r, reason), = s.schedule(0.0002).rejected
     assert reason == RejectReason.INFEASIBLE  # still the metric label
@@ -422,8 +422,37 @@ def test_a_refusal_carries_the_estimate_it_was_made_on():
     assert refusal_message(RejectReason.QUEUE_FULL) == "queue full"
 
 
+def test_late_requests_are_served_late_until_the_overload_is_sustained():
+    """refusal_late_share: one request late from waiting among many on time is a stall, not
+    an overload - it is served (late); once most of the queue is late for a window's worth
+    of decisions, the late ones are refused."""
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.5,
+                         refusal_window_ms=100.0))
+    submit(s, 0.0, req(0, -1.0, sla_ms=50.0), *(req(k, 0.0) for k in range(1, 8)))
+    d = s.schedule(0.0)
+    assert d.rejected == () and 0 in {r.request_id for r in d.batch}
+    s.drain()
+    refused = []
+    for step in range(1, 20):  # every queue mostly late (waited a second), 50 ms apart
+        now = 0.05 * step
+        submit(s, now, *(req(100 * step + k, now - 1.0, sla_ms=50.0) for k in range(3)),
+               req(100 * step + 9, now))
+        refused += [r.request_id for r, _ in s.schedule(now).rejected]
+        s.drain()
+    assert s.late_share >= 0.5
+    assert refused and all(rid % 100 != 9 for rid in refused)  # never the one on time
+
+
+def test_a_request_late_even_alone_is_refused_at_any_load():
+    """An SLA below the request's own run time cannot be met by waiting less: it is refused
+    at once, overload or not."""
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.5))
+    submit(s, 0.0, req(0, 0.0, sla_ms=0.001), *(req(k, 0.0) for k in range(1, 8)))
+    assert [r.request_id for r, _ in s.schedule(0.0).rejected] == [0]
+
+
 def test_reject_policy_rejects_even_when_queue_then_empty():
-    s = make(control=ctl(infeasible_policy="reject"))
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.0))
     submit(s, 0.0, req(0, 0.0, sla_ms=0.5))
     d = s.schedule(0.0)
     assert d.reason == "idle" and d.batch == ()

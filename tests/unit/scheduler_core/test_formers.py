@@ -171,7 +171,7 @@ def test_where_padding_costs_more_than_a_launch_the_formula_still_splits_by_leng
 
 @pytest.mark.parametrize("margin_ms, refused", [(0.0, True), (2.0, False)])
 def test_a_request_is_refused_only_when_it_misses_by_more_than_the_margin(margin_ms, refused):
-    s = _table_scheduler(ControlConfig(infeasible_margin_ms=margin_ms))
+    s = _table_scheduler(ControlConfig(infeasible_margin_ms=margin_ms, refusal_late_share=0.0))
     s.submit(QueuedRequest(0, 64, 0.0, 3.0), 0.0)  # alone it takes 4 ms: 1 ms late
     d = s.schedule(0.0)
     assert bool(d.rejected) is refused

@@ -100,9 +100,13 @@ def test_hold_asks_only_members_that_waited_the_minimum(adapter, pb_utils, monke
     spy = adapter.spy(model)
     if waited == "at least the minimum":
         backdate_s = 10 * dispatcher.CANCEL_CHECK_MIN_WAIT_S
-        arrival = model.intake.call_arrival
-        monkeypatch.setattr(model.intake, "call_arrival",
-                            lambda now_s, n: arrival(now_s, n) - backdate_s)
+        arrival = model.intake.admission_arrival
+
+        def backdated(now_s, n):
+            date, handed_over = arrival(now_s, n)
+            return date - backdate_s, handed_over
+
+        monkeypatch.setattr(model.intake, "admission_arrival", backdated)
     else:
         monkeypatch.setattr(dispatcher, "CANCEL_CHECK_MIN_WAIT_S", math.inf)
     requests = [request(pb_utils, 200 + k) for k in range(3)]

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.conftest import SHIPPED_REPOSITORY
 from triton_backend.intake import DEFAULT_INTAKE, INTAKES
-from triton_backend.intake_config import (HOLD_MAX_QUEUE_SIZE, gather_config,
+from triton_backend.intake_config import (HOLD_MAX_HAND_OVER, HOLD_MAX_QUEUE_SIZE, gather_config,
                                           gather_config_json, hold_config, intake_of, parse,
                                           release_config)
 
@@ -28,17 +28,17 @@ def _ragged(model: mc.ModelConfig) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("model", SHIPPED_EXPLICIT)
-def test_the_shipped_explicit_models_run_the_default_intake_behind_a_bounded_queue(model):
-    """What the writer makes is what ships: hold, delay 0, ragged INPUT_IDS, Triton's queue
-    bounded and refusing past it, a client's timeout honoured."""
+def test_the_shipped_explicit_models_run_the_default_intake_behind_a_prefetching_queue(model):
+    """What the writer makes is what ships: hold, delay 0, ragged INPUT_IDS, the hand-over
+    size chosen by measurement, and no queue policy or priority levels (either would stop
+    Triton's queue from prefetching: the lost wake-up of docs/platform.md)."""
     config = parse(_shipped(model))
     assert DEFAULT_INTAKE == "hold" and intake_of(config) == "hold"
-    assert config.max_batch_size >= 2
+    assert config.max_batch_size == HOLD_MAX_HAND_OVER
     assert config.dynamic_batching.max_queue_delay_microseconds == 0
-    policy = config.dynamic_batching.default_queue_policy
-    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT
-    assert policy.allow_timeout_override
-    assert policy.max_queue_size == HOLD_MAX_QUEUE_SIZE > 0
+    assert not config.dynamic_batching.HasField("default_queue_policy")
+    assert config.dynamic_batching.priority_levels == 0
+    assert HOLD_MAX_QUEUE_SIZE == 0
     assert _ragged(config) == {"INPUT_IDS": True, "SLA_MS": False}
     assert parse(hold_config(_shipped(model))) == config
 

@@ -1,0 +1,204 @@
+"""The shipped default at device speed, measured with NVIDIA's perf_analyzer: the plugin as
+shipped (``model_repository/emulated_explicit/config.pbtxt``) beside Triton's own batcher
+on the same Python model, on the GPU-like flat profile, at fractions of native's
+closed-loop peak; variants of the hold intake beside them, under their own names.
+
+    .venv/bin/python scripts/hold_speed.py [--fractions 0.2 0.5 0.8 0.94 1.1] \
+        [--hand-over 64 128] [--out results/hold_speed.md]
+
+Setup (issue "The shipped default at native's speed"): the EMULATED t4 re-costed as
+3.9 ms + 0.0006 ms/token, padded, device batch 64, time scale 1; native is
+``emulated_native`` behind Triton's batcher (delay 0, max_batch_size 64, no queue policy).
+Traffic: perf_analyzer ``--request-distribution poisson`` with 2,000 requests of the
+benchmark's long-tailed length mix (16-512 tokens, log-normal around 64) as input data,
+SLA classes 50/100/200 ms in turn (native's file has no SLA input). Load fractions are of
+native's closed-loop peak (concurrency 64), measured first in the same run.
+
+perf_analyzer stops at the first error: a plugin row that refuses a request reads
+"refused" with the plugin's message. Each row also carries the model stub's CPU per
+request (/proc, all threads), Triton's requests per ``execute()`` call and its mean
+compute time per call. With ``--timeline DIR`` the plugin writes its per-call timeline
+there (``triton_backend/timeline.py``) and the report adds each plugin's totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from benchmarks.bench import SLA_CLASSES_MS, mix_entries, write_input_data
+from benchmarks.intake_check import FLAT
+from benchmarks.pages import write_page
+from benchmarks.procinfo import cpu_s, find_stub
+from benchmarks.repository import copy_model, set_max_batch_size
+from operator_tools.perf_analyzer import run_request_rate
+from triton_backend.intake_config import hold_config
+from triton_backend.launcher import TritonServer
+from triton_backend.timeline import TIMELINE_ENV
+
+DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "hold_speed.md")
+NATIVE, SHIPPED = "emulated_native", "emulated_explicit"
+DATA_ENTRIES = 2000
+POISSON = ("--request-distribution", "poisson", "--stability-percentage", "30", "--max-trials", "4")
+CLOSED_LOOP_FLAGS = ("--stability-percentage", "30", "--max-trials", "6")
+
+
+def build_repo(repo: str, hand_overs: list[int]) -> list[str]:
+    """The shipped plugin, its hold variants and native, all on the flat profile."""
+    profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **FLAT}
+    copy_model(SHIPPED, repo, params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
+    models = [SHIPPED]
+    for n in hand_overs:
+        name = f"hold_handover{n}"
+        copy_model(SHIPPED, repo, name,
+                   text_writer=lambda text, n=n: hold_config(text, max_hand_over=n,
+                                                             max_queue_size=0),
+                   params={**profiles, "profile_dir": f"{name}/profiles"})
+        models.append(name)
+    copy_model(NATIVE, repo, edit=set_max_batch_size(64),
+               params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
+    return [*models, NATIVE]
+
+
+def triton_stats(server: TritonServer, model: str) -> tuple[int, int, float]:
+    """(successful requests, execute() calls, compute ns) from Triton's statistics."""
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats",
+                                timeout=5) as resp:
+        s = json.load(resp)["model_stats"][0]
+    inf = s["inference_stats"]
+    return (int(inf["success"]["count"]), int(s["execution_count"]),
+            float(inf["compute_infer"]["ns"]))
+
+
+@dataclass
+class Row:
+    model: str
+    fraction: float | None  # None: closed loop
+    rate: float
+    throughput: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    kept: bool = True
+    error: str = ""
+    stub_us: float | None = None
+    per_call: float | None = None
+    call_ms: float | None = None
+
+
+def first_error(text: str) -> str:
+    for line in text.splitlines():
+        if "had error" in line or "deadline infeasible" in line:
+            return line.strip()[:300]
+    return text.strip().splitlines()[-1][:300] if text.strip() else "failed"
+
+
+def measure(server: TritonServer, model: str, data: str, rate: float, fraction, ms: int,
+            concurrency: int = 0) -> Row:
+    stub = find_stub(server.process.pid, model)
+    cpu0, (n0, c0, t0) = cpu_s(stub), triton_stats(server, model)
+    row = Row(model, fraction, rate)
+    try:
+        r = run_request_rate(server.http_url, model, data, rate, ms, concurrency=concurrency,
+                             extra=CLOSED_LOOP_FLAGS if concurrency else POISSON)
+        row.throughput, row.p50_ms, row.p99_ms, row.kept = (r.throughput, r.p50_ms, r.p99_ms,
+                                                          r.kept_schedule)
+    except RuntimeError as exc:
+        row.error = first_error(str(exc))
+    cpu1, (n1, c1, t1) = cpu_s(stub), triton_stats(server, model)
+    n, calls = n1 - n0, c1 - c0
+    if n and cpu0 is not None and cpu1 is not None:
+        row.stub_us = 1e6 * (cpu1 - cpu0) / n
+    if calls:
+        row.per_call, row.call_ms = n / calls, (t1 - t0) / n / 1e6  # Triton sums it per request
+    return row
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows: list[Row], peak: float) -> list[str]:
+    lines = ["| model | load (x native peak) | offered (req/s) | served (req/s) | P50 (ms) | "
+             "P99 (ms) | stub CPU (us/req) | requests per call | ms per call | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        load = "closed loop (c=64)" if r.fraction is None else f"{r.fraction:g}"
+        offered = "-" if r.fraction is None else f"{r.rate:.0f}"
+        note = r.error or ("" if r.kept else "perf_analyzer fell behind")
+        lines.append(f"| {r.model} | {load} | {offered} | {fmt(r.throughput, '.0f')} | "
+                     f"{fmt(r.p50_ms, '.1f')} | {fmt(r.p99_ms, '.1f')} | "
+                     f"{fmt(r.stub_us, '.0f')} | {fmt(r.per_call, '.1f')} | "
+                     f"{fmt(r.call_ms, '.1f')} | {note} |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fractions", nargs="*", type=float,
+                        default=[0.2, 0.5, 0.8, 0.94, 1.1])
+    parser.add_argument("--hand-over", nargs="*", type=int, default=[],
+                        help="hold variants without a queue policy, by hand-over size")
+    parser.add_argument("--measurement-ms", type=int, default=4000)
+    parser.add_argument("--timeline", default="", help="folder for the per-call timelines")
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    args = parser.parse_args()
+    if args.timeline:
+        os.environ[TIMELINE_ENV] = os.path.abspath(args.timeline)
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = os.path.join(tmp, "repo")
+        os.makedirs(repo)
+        models = build_repo(repo, args.hand_over)
+        data_e = write_input_data(os.path.join(tmp, "mix_sla.json"),
+                                  mix_entries(SLA_CLASSES_MS, DATA_ENTRIES))
+        data_n = write_input_data(os.path.join(tmp, "mix.json"),
+                                  mix_entries(None, DATA_ENTRIES))
+        data = {m: data_n if m == NATIVE else data_e for m in models}
+        rows: list[Row] = []
+        with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+            for m in models:  # warm-up
+                measure(server, m, data[m], 200, 0.0, 1500)
+            native_peak = measure(server, NATIVE, data[NATIVE], 0, None,
+                                  args.measurement_ms, concurrency=64)
+            peak = native_peak.throughput or 1000.0
+            print(table([native_peak], peak)[-1], flush=True)
+            for k, f in enumerate(args.fractions):
+                order = models[k % len(models):] + models[:k % len(models)]
+                for m in order:
+                    rows.append(measure(server, m, data[m], f * peak, f, args.measurement_ms))
+                    print(table(rows[-1:], peak)[-1], flush=True)
+            closed = [native_peak]
+            for m in models[:-1]:
+                closed.append(measure(server, m, data[m], 0, None, args.measurement_ms,
+                                      concurrency=64))
+                print(table(closed[-1:], peak)[-1], flush=True)
+        with open(os.path.join(tmp, "server.log"), errors="replace") as fh:
+            unload = [line.split("] ", 1)[-1].strip().strip('"') for line in fh
+                      if "unloading; thread CPU" in line]
+    rows.sort(key=lambda r: (r.fraction, models.index(r.model)))
+    command = " ".join(["scripts/hold_speed.py", "--fractions",
+                        *(f"{f:g}" for f in args.fractions),
+                        *(["--hand-over", *map(str, args.hand_over)] if args.hand_over else [])])
+    text = "\n".join([
+        "# The shipped default at device speed (perf_analyzer, Poisson; EMULATED flat t4)", "",
+        f"Generated by `.venv/bin/python {command}` on this machine (2 shared cores: "
+        "tritonserver, the stubs and perf_analyzer share them; the EMULATED device sleeps "
+        "for each batch's modelled cost, it is not a GPU). One server; "
+        f"native's closed-loop peak (concurrency 64) is {peak:.0f} req/s and sets the loads. "
+        f"`{SHIPPED}` is the shipped config; `hold_handoverN` is intake hold with a "
+        "hand-over of N requests and no queue policy.", "",
+        *table(rows, peak), "", "Closed loop (concurrency 64):", "",
+        *table(closed, peak), "", "The plugins' own account at unload:", "",
+        *[f"- `{line}`" for line in unload], ""])
+    write_page(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""``hold_driver.HoldDriver``: intake hold's execute() call, driven in process on the fake
+``triton_python_backend_utils``. Contracts: one answer per request, in the returned list
+unless the call's end would make it late; a client's timeout enforced at hand-over; one
+timeline record per call, whose counts add up."""
+
+from __future__ import annotations
+
+
+from tests.unit.triton_backend.test_adapter_cancellation import the_answer
+from triton_backend import timeline as timeline_module
+
+SLA_MS = 10_000.0  # nothing is late unless a test makes it so
+
+
+def requests_of(pb_utils, n: int, first: int = 100, **kwargs):
+    return [pb_utils.FakeRequest([first + k, 7, 8, 9], **{"sla_ms": SLA_MS, **kwargs})
+            for k in range(n)]
+
+
+def sent_early(requests) -> int:
+    return sum(len(r.sender.sends) for r in requests)
+
+
+def test_answers_go_back_with_the_call(adapter, pb_utils):
+    """A call that ends in time returns every answer in its list: no send() round trip."""
+    model = adapter.model("hold")
+    requests = requests_of(pb_utils, 5)
+
+    returned = model.execute(requests)
+
+    assert len(returned) == len(requests)
+    for i, req in enumerate(requests):
+        assert pb_utils.error_code(the_answer(pb_utils, req, returned, i)) is None
+    assert sent_early(requests) == 0 and model._hold.early_sends == 0
+
+
+def test_a_bad_request_fails_alone(adapter, pb_utils):
+    model = adapter.model("hold")
+    requests = requests_of(pb_utils, 3)
+    requests.insert(1, pb_utils.FakeRequest([0, 1], sla_ms=SLA_MS))  # 0 is padding
+
+    returned = model.execute(requests)
+
+    bad = the_answer(pb_utils, requests[1], returned, 1)
+    assert pb_utils.error_code(bad) == pb_utils.TritonError.INVALID_ARG
+    assert "token ids" in bad.error().message()
+    for i in (0, 2, 3):
+        assert pb_utils.error_code(the_answer(pb_utils, requests[i], returned, i)) is None
+
+
+def backdate(monkeypatch, model, seconds: float) -> None:
+    """The call's requests are dated ``seconds`` earlier (they waited in Triton's queue)."""
+    arrival = model.intake.admission_arrival
+
+    def backdated(now_s, n):
+        date, handed_over = arrival(now_s, n)
+        return date - seconds, handed_over
+
+    monkeypatch.setattr(model.intake, "admission_arrival", backdated)
+
+
+def test_a_client_timeout_that_passed_in_the_queue_is_refused_at_hand_over(
+        adapter, pb_utils, monkeypatch):
+    """Triton's queue enforces no timeout without a queue policy: the plugin does, at
+    hand-over, naming it; a request without a timeout is served."""
+    model = adapter.model("hold")
+    spy = adapter.spy(model)
+    backdate(monkeypatch, model, 0.5)
+    timed = pb_utils.FakeRequest([300, 7, 8], timeout_us=100_000)  # 100 ms, waited 500
+    plain = pb_utils.FakeRequest([301, 7, 8], sla_ms=SLA_MS)
+
+    returned = model.execute([timed, plain])
+
+    refused = the_answer(pb_utils, timed, returned, 0)
+    assert pb_utils.error_code(refused) == pb_utils.TritonError.UNAVAILABLE
+    assert "timeout of 100.0 ms" in refused.error().message()
+    assert pb_utils.error_code(the_answer(pb_utils, plain, returned, 1)) is None
+    assert spy.computed == [(301, 7, 8)]
+
+
+def test_an_explicit_sla_stays_the_deadline_beside_a_timeout(adapter, pb_utils):
+    """SLA 10 s and timeout 80 ms, handed over in time: queued with its SLA (the timeout is
+    enforced at hand-over only, as Triton's queue enforces it)."""
+    model = adapter.model("hold")
+    seen = []
+    submit = model.dispatcher.submit
+    model.dispatcher.submit = lambda queued, now: (seen.extend(queued), submit(queued, now))
+    req = pb_utils.FakeRequest([400, 7], sla_ms=SLA_MS, timeout_us=80_000)
+
+    returned = model.execute([req])
+
+    assert [q.sla_ms for q in seen] == [SLA_MS]
+    assert pb_utils.error_code(the_answer(pb_utils, req, returned, 0)) is None
+
+
+def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb_utils,
+                                                                    monkeypatch):
+    """A call of several batches whose remaining work is estimated past its requests'
+    deadlines: the answers made so far, still in time, go early through their senders; the
+    last batch's come back in the list; each request has one answer either way."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    monkeypatch.setattr(type(model._hold), "_remaining_s",
+                        staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
+    requests = requests_of(pb_utils, 10)
+
+    returned = model.execute(requests)
+
+    for i, req in enumerate(requests):
+        the_answer(pb_utils, req, returned, i)  # exactly one, wherever it went
+    early = sent_early(requests)
+    assert early == model._hold.early_sends == 8  # two batches of 4 before the last
+    assert sum(r is None for r in returned) == early
+    assert all(bool(r.sender.sends) != (returned[i] is not None)
+               for i, r in enumerate(requests))
+
+
+def test_an_answer_already_late_waits_for_the_list(adapter, pb_utils, monkeypatch):
+    """Sending early cannot make a late answer in time: it goes back with the call."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
+                                     "control.infeasible_policy": "serve_late"})
+    monkeypatch.setattr(type(model._hold), "_remaining_s",
+                        staticmethod(lambda record, left: 1.0))
+    backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
+    requests = requests_of(pb_utils, 10, sla_ms=50.0)
+
+    returned = model.execute(requests)
+
+    assert sent_early(requests) == 0 and all(r is not None for r in returned)
+
+
+def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_path):
+    """One record per call; the calls' requests add up to what was sent; a record's
+    batches add up to its valid requests."""
+    monkeypatch.setenv(timeline_module.TIMELINE_ENV, str(tmp_path / "tl"))
+    model = adapter.model("hold")
+    sizes = [3, 1, 6]
+    sent = 0
+    for k, n in enumerate(sizes):
+        model.execute(requests_of(pb_utils, n, first=100 * (k + 1)))
+        sent += n
+    adapter.finalize(model)
+
+    records = timeline_module.read(str(tmp_path / "tl" / "emulated_explicit.timeline.jsonl"))
+    assert [r["requests"] for r in records] == sizes
+    assert sum(b[0] + b[1] for r in records for b in r["batches"]) == sent
+    assert all(r["start_s"] <= r["decoded_s"] <= r["return_s"] for r in records)
+    assert records[0]["gap_s"] is None and all(r["gap_s"] >= 0 for r in records[1:])
+    assert model._hold.timeline.totals["requests"] == sent

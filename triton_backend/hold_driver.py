@@ -1,0 +1,170 @@
+"""Intake hold's driver: one ``execute()`` call, top to bottom.
+
+    estimate arrival -> decode -> admit -> decide -> run -> answer -> return
+
+``HoldDriver.execute(requests)`` is the whole call. It keeps every request Triton's until
+answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
+call's answers as one list: python_backend r24.10 sends a returned list back in one message,
+while each ``response_sender.send`` is a blocking round trip to the server. An answer goes
+early, through its request's response sender, only when the call's estimated end would
+miss that request's deadline (counted: ``early_sends``).
+
+Invariants:
+
+* every request of the call ends with exactly one answer: in the returned list, or sent
+  early (its slot then ``None``);
+* arrivals are dated conservatively: a call that starts right after the previous one
+  returned carries requests that queued in Triton during that call (Triton 24.10 tells a
+  Python model nothing of when); for admission they count from the previous call's start,
+  so the refusal rule never thinks a request younger than it is;
+* a request whose client ``timeout`` has already passed at hand-over is refused at once,
+  naming it (Triton's queue enforces timeouts only under a queue policy, which would turn
+  its prefetch off); one handed over in time keeps its SLA as its deadline.
+
+Every call leaves one ``CallRecord`` on the ``Timeline`` (what the call did and how long
+each part took); ``timeline.py`` writes it out for ``scripts/host_ledger.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Sequence
+
+import triton_python_backend_utils as pb_utils
+
+from scheduler_core.request import QueuedRequest
+
+from .dispatcher import Dispatcher, Pending
+from .intake import HoldIntake
+from .request_decoding import RequestError
+from .responses import built, error, send
+from .timeline import CallRecord, Timeline
+
+_SENT = object()  # a slot of the call's list whose answer was already sent early
+
+
+class HoldDriver:
+    """Drives one model's ``execute()`` calls under intake hold (see the module doc).
+
+    ``decode(request)`` returns a decoded request or raises ``RequestError``;
+    ``is_wake(request)`` tells the waker's own wake requests (answered empty)."""
+
+    def __init__(self, model_name: str, dispatcher: Dispatcher, intake: HoldIntake,
+                 decode: Callable, default_sla_ms: float, timeline: Timeline,
+                 is_wake: Callable | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.model_name = model_name
+        self.dispatcher = dispatcher
+        self.intake = intake
+        self._decode = decode
+        self._default_sla_ms = default_sla_ms
+        self._is_wake = is_wake
+        self._clock = clock
+        self.timeline = timeline
+        self._next_id = 0
+        self.early_sends = 0
+        self.last_wakes = 0  # wake requests in the last call (the waker asks)
+
+    # -- the call -----------------------------------------------------------------------
+    def execute(self, requests: Sequence) -> list:
+        """One ``execute()`` call: its answers, one per request (``None`` where an answer
+        was sent early)."""
+        now = self._clock()
+        record = self.timeline.begin(now, len(requests))
+        arrival, handed_over = self.intake.admission_arrival(now, len(requests))
+        record.arrival_s, record.handed_over = arrival, handed_over
+        responses: list = [None] * len(requests)
+        deadlines = [math.inf] * len(requests)
+        earliest = self.intake.earliest_arrival(now)
+        queued, wakes = self._decode_all(requests, arrival, responses, deadlines, earliest)
+        record.decoded_s = self._clock()
+        self.dispatcher.submit(queued, now)
+        self._run(requests, responses, deadlines, record)
+        done = self._clock()
+        self.intake.call_returned(now, done)
+        record.wakes = self.last_wakes = wakes
+        self.timeline.end(record, done)
+        self.dispatcher.maybe_log_stats(done)
+        return [None if r is _SENT else built(r) for r in responses]
+
+    def _decode_all(self, requests, arrival: float, responses: list, deadlines: list,
+                    earliest: float) -> tuple[list[QueuedRequest], int]:
+        """The call's valid requests as queued requests; an invalid one is answered
+        INVALID_ARG into its slot, and one whose client timeout has passed UNAVAILABLE."""
+        queued: list[QueuedRequest] = []
+        wakes = 0
+        now = self._clock()
+        for i, request in enumerate(requests):
+            handle = Pending(request, None, None, responses=responses, slot=i,
+                             earliest_s=earliest)
+            if self._is_wake is not None and self._is_wake(request):
+                wakes += 1
+                responses[i] = pb_utils.InferenceResponse()
+                continue
+            try:
+                decoded = self._decode(request)
+            except RequestError as exc:
+                self.dispatcher.metrics.on_rejected("invalid_input")
+                responses[i] = error(str(exc), pb_utils.TritonError.INVALID_ARG)
+                continue
+            sla_ms = decoded.sla_ms or self._default_sla_ms
+            timeout_ms = decoded.timeout_ms
+            if timeout_ms and now - arrival >= timeout_ms / 1000.0:
+                self.dispatcher.metrics.on_rejected("timed_out")
+                responses[i] = error(
+                    f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
+                    f"waited in Triton's queue (waited at least "
+                    f"{(now - arrival) * 1000.0:.1f} ms)", pb_utils.TritonError.UNAVAILABLE)
+                continue
+            handle.input_ids = decoded.input_ids
+            handle.decoded = decoded if self.dispatcher.contract else None
+            deadlines[i] = arrival + sla_ms / 1000.0
+            self._next_id += 1
+            queued.append(QueuedRequest(self._next_id, int(decoded.input_ids.size),
+                                        arrival, sla_ms, handle))
+        return queued, wakes
+
+    def _run(self, requests, responses: list, deadlines: list, record: CallRecord) -> None:
+        """Decide and run until the call's requests are all answered; between batches,
+        send early only what the call's end would make late."""
+        dispatcher = self.dispatcher
+        while dispatcher.scheduler.queue_depth:
+            depth = dispatcher.scheduler.queue_depth
+            started = self._clock()
+            try:
+                _, decision, _ = dispatcher.dispatch_once(flush=True)
+            except Exception:  # its requests were answered (INTERNAL); serve the rest
+                dispatcher.step_failed()
+                if dispatcher.scheduler.queue_depth >= depth:  # nothing left: stop
+                    dispatcher.fail_queued("scheduler failed before this request ran")
+                continue
+            ended = self._clock()
+            record.batch(len(decision.batch), len(decision.rejected), started, ended,
+                         decision.estimated_ms, decision.former)
+            left = dispatcher.scheduler.queue_depth
+            if left:
+                self._send_late_ones(requests, responses, deadlines, record, ended,
+                                     self._remaining_s(record, left))
+
+    @staticmethod
+    def _remaining_s(record: CallRecord, left: int) -> float:
+        """How long the call still runs, estimated from its own batches so far: their
+        mean time per request, times what is left."""
+        done = sum(b[0] + b[1] for b in record.batches) or 1
+        spent = sum(b[3] - b[2] for b in record.batches)
+        return spent / done * left
+
+    def _send_late_ones(self, requests, responses: list, deadlines: list,
+                        record: CallRecord, now: float, remaining_s: float) -> None:
+        """Send the answers made so far that are in time now and would be late at the
+        call's estimated end; the rest wait for the returned list (one already late gains
+        its client nothing worth a round trip)."""
+        end = now + remaining_s
+        for i, response in enumerate(responses):
+            if response is None or response is _SENT or not now < deadlines[i] < end:
+                continue
+            responses[i] = _SENT
+            send(requests[i].get_response_sender(), built(response))
+            record.early_sends += 1
+            self.early_sends += 1
