@@ -14,8 +14,9 @@ Writes results/intake_check.md (``--out``).
 ``--time-scale 0.01`` makes the emulated device nearly free (host-bound: only the
 per-request host path counts). ``--flat`` is the GPU-like flat-cost profile: t4
 with cost_model fixed_ms 3.9, per_sequence_ms 0, per_token_ms 0.0006,
-per_token_squared_ms 0, padded, scheduler max_batch_size 64 and max_batch_tokens 16384;
-Triton's batcher then with max_batch_size 64.
+per_token_squared_ms 0, padded, scheduler max_batch_size 64 and max_batch_tokens 32768
+(64 of the longest, as native may batch), and control.refusal_late_share 0.2 as the
+launch-bound h200_minilm profile ships it; Triton's batcher then with max_batch_size 64.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ INTAKE_CONFIG = {"gather": gather_config, "release": release_config, "hold": hol
 FLAT = {"cost_model.fixed_ms": "3.9", "cost_model.per_sequence_ms": "0",
         "cost_model.per_token_ms": "0.0006", "cost_model.per_token_squared_ms": "0",
         "cost_mode": "padded", "scheduler.max_batch_size": "64",
-        "scheduler.max_batch_tokens": "16384"}
+        "scheduler.max_batch_tokens": "32768",
+        "control.refusal_late_share": "0.2"}
 # Closed loop: perf_analyzer's default stability (10 %) over 3 windows sometimes never
 # settles at the peak on 2 shared cores ("Failed to obtain stable measurement").
 CLOSED_LOOP_FLAGS = ("--stability-percentage", "30", "--max-trials", "6")

@@ -195,14 +195,25 @@ class ControlConfig:
     # exact, and a request refused that would have made it is a loss Triton's batcher
     # never has. 0 = refuse on any predicted miss.
     infeasible_margin_ms: float = 0.0
-    # Refuse only under a sustained overload: while the share of queued requests that the
-    # estimate calls late, smoothed over refusal_window_ms, is at least this. A short
-    # stall (the host descheduling the server, a clump of sends) leaves a few requests
-    # late at loads the device carries; they are served late, as Triton's batcher serves
-    # them, and a real overload, where most of the queue is late, is refused. 0: refuse
-    # every request the estimate calls late, at once.
-    refusal_late_share: float = 0.2
+    # A request late from waiting (not late even alone) is refused once the share of the
+    # queue that the estimate calls late, smoothed over refusal_window_ms, reaches this;
+    # below it the request is served late, as Triton's batcher serves it. 0 (the default):
+    # refuse at once - on a compute-bound device a late request's run delays everyone
+    # behind it (reliability overload 2x, EMULATED t4 at time scale 10: serving late
+    # raised the 0.5x baseline's P50 from 137 to 353-478 ms). A launch-bound device (a
+    # GPU on a small model: a batch costs about the same full or not) can set 0.2: there a
+    # late request rides in a batch that runs anyway, and a short host stall (perf_analyzer
+    # on 2 shared cores at 0.8 of native's peak) no longer refuses what native serves.
+    refusal_late_share: float = 0.0
     refusal_window_ms: float = 500.0
+    # Once the smoothed late share reaches overload_late_share, intake hold commits each
+    # execute() call to at most overload_call_budget_sla_fraction of the smallest SLA
+    # among its requests and refuses the rest of the call at once: what arrives during a
+    # call waits, unseen, in Triton's queue until the call returns, so a long call makes
+    # the next one's requests late before the plugin sees them (overload 2x, time scale
+    # 10: calls of ~1 s and refusals at 4x their SLA without the budget, 0.82x with it).
+    overload_late_share: float = 0.2
+    overload_call_budget_sla_fraction: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ class Scheduler:
         # The smoothed share of the queue that the estimate calls late (_refusing_pays).
         self.late_share = 0.0
         self._late_share_at_s = start_s
-        self._overloaded = self.control.refusal_late_share <= 0
+        self._refusing_late = self.control.refusal_late_share <= 0
+        self._arrived = False  # a request was queued since the late share was measured
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
                        "emergency_batches": 0, "compensation_batches": 0,
                        "explicit_batches": 0}
@@ -137,6 +138,7 @@ class Scheduler:
         efficient = self.estimator.base_parts_ms(k, n, k * n, k * n * n)
         logical_arrival = self.loop.on_arrival(now_s, request.sla_ms,
                                                alone * self.estimator.correction)
+        self._arrived = True
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
@@ -221,9 +223,9 @@ class Scheduler:
         behind, correction = self._behind(), self.estimator.correction
         doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
                                     self.small_queue)
-        if start_s == now_s and self._queue:  # the decision's first look: update it
-            self._overloaded = self._refusing_pays(now_s, len(doomed))
-        if doomed and not self._overloaded:  # only the hopeless: late even alone, at once
+        if start_s == now_s and self._queue:  # the decision's first look
+            self._refusing_late = self._refusing_pays(now_s, len(doomed))
+        if doomed and not self._refusing_late:  # only the hopeless: late even alone, at once
             doomed = [e for e in doomed if e.alone_ms * correction > e.req.sla_ms]
         if not doomed:
             return ()
@@ -243,24 +245,34 @@ class Scheduler:
         if mode == Mode.EXPLICIT:
             self.counts["explicit_batches"] += 1
 
+    @property
+    def overloaded(self) -> bool:
+        """A sustained overload: the smoothed late share at ``overload_late_share`` or above
+        (intake hold then budgets its calls; see ControlConfig)."""
+        return self.late_share >= self.control.overload_late_share
+
+    def refuse_queued(self, reason: str) -> list[tuple[QueuedRequest, str]]:
+        """Take every queued request out to be refused with ``reason`` (the caller answers
+        each): intake hold's call budget under overload."""
+        refused = [(e.req, reason) for e in self._queue]
+        self.counts["rejected_infeasible"] += len(refused)
+        self._queue.clear()
+        return refused
+
     def _refusing_pays(self, now_s: float, late: int) -> bool:
-        """Refuse a late request only under a sustained overload (``refusal_late_share`` of
-        the queue late, smoothed over ``refusal_window_ms``; see ControlConfig); one that
-        is late even alone and at once (its SLA below its own run time) is refused always.
-        ``late`` of the queue's requests miss their deadline by the estimate now. Below
-        that share a late request
-        rides in a batch that runs anyway and is served late, as Triton's batcher would
-        serve it (perf_analyzer, flat profile at 0.8 of native's peak: the host's
-        scheduling stalls, which native's requests wait through as well, made the plugin
-        refuse requests that native served; results/hold_speed.md)."""
+        """Update the smoothed share of the queue that is late (``late`` of it now, by the
+        estimate; at the first decision after arrivals, so a call's hand-over counts once)
+        and say whether a request late from waiting is refused: once the share
+        reaches ``refusal_late_share`` (0: always; see ControlConfig). One late even alone
+        and at once (its SLA below its own run time) is refused always, in ``_shed``."""
         ctl = self.control
-        if ctl.refusal_late_share <= 0:
-            return True
-        dt = max(0.0, now_s - self._late_share_at_s)
-        self._late_share_at_s = now_s
-        weight = 1.0 - math.exp(-dt * 1000.0 / ctl.refusal_window_ms)
-        self.late_share += weight * (late / len(self._queue) - self.late_share)
-        return self.late_share >= ctl.refusal_late_share
+        if self._arrived:  # measured where arrivals join, not again as the queue drains
+            self._arrived = False
+            dt = max(0.0, now_s - self._late_share_at_s)
+            self._late_share_at_s = now_s
+            weight = 1.0 - math.exp(-dt * 1000.0 / ctl.refusal_window_ms)
+            self.late_share += weight * (late / len(self._queue) - self.late_share)
+        return ctl.refusal_late_share <= 0 or self.late_share >= ctl.refusal_late_share
 
     def _behind(self) -> bool:
         return len(self._queue) >= self.cfg.max_batch_size

@@ -72,12 +72,18 @@ class Sidecar:
                  nvml: NvmlReader | None = None, clock: Callable[[], float] = time.monotonic,
                  fetch: Callable[[str, float], str] = fetch_url,
                  log: Callable[[str], None] = print, max_backoff_s: float = 2.0,
-                 nvml_index: int | None = 0):
+                 nvml_index: int | None = 0, scrape_every: int = 1):
         if period_s <= 0 or timeout_s <= 0:
             raise ValueError(f"period_s and timeout_s must be positive "
                              f"(got {period_s!r}, {timeout_s!r})")
         self.metrics_url = metrics_url or None
         self.period_s = period_s
+        # Triton's /metrics page is scraped every ``scrape_every``-th poll (NVML every
+        # poll): the server renders the whole page for each scrape, and the plugin uses
+        # only its health from it; between scrapes a sample carries the last scrape's.
+        self.scrape_every = max(1, int(scrape_every))
+        self._polls = 0
+        self._endpoint_error = ""  # the last failed scrape's, carried between scrapes
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
         self._clock, self._fetch, self._log = clock, fetch, log
@@ -139,7 +145,13 @@ class Sidecar:
         nvml_sample = self._read_nvml(errors)
         models: dict[str, ModelRates] = {}
         endpoint_ok = None
-        if self.metrics_url:
+        scrape = self._polls % self.scrape_every == 0
+        self._polls += 1
+        if self.metrics_url and not scrape and self._latest is not None:
+            endpoint_ok, models = self._latest.endpoint_ok, self._latest.models
+            if endpoint_ok is False:
+                errors.append(self._endpoint_error)
+        elif self.metrics_url:
             endpoint_ok = False
             try:
                 page = self._fetch(self.metrics_url, self.timeout_s)
@@ -152,7 +164,8 @@ class Sidecar:
                 self._endpoint_failures = 0
             except Exception as exc:  # down, slow (deadline), garbage: all the same here
                 self._endpoint_failures += 1
-                errors.append(f"metrics endpoint: {type(exc).__name__}: {exc}")
+                self._endpoint_error = f"metrics endpoint: {type(exc).__name__}: {exc}"
+                errors.append(self._endpoint_error)
         nvml_failed = self._nvml_failures > 0
         if endpoint_ok is False and self._endpoint_failures >= DOWN_AFTER_FAILURES:
             health = HEALTH_DOWN

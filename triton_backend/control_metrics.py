@@ -25,20 +25,25 @@ class's series appear with its first request.
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import Counter
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES, HISTOGRAMS,
                              LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
                              LATENCY_PUBLISH_PERIOD_S,
                              PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
-                             SLA_CLASSES, sla_class)
+                             SLA_CLASSES)
 
 
+
+
+_CLASS_BOUNDS = np.array([bound for bound, _ in SLA_CLASSES])  # sla_class() as searchsorted
+_LATENCY_EDGES = np.array(LATENCY_BUCKETS)  # bisect_left over the bucket bounds
+_BUCKETS = len(LATENCY_BUCKETS) + 1  # the last: +Inf
 
 
 class ControlMetrics:
@@ -95,24 +100,19 @@ class ControlMetrics:
         self._pending_counters: Counter = Counter()
         self._pending_batches: list[tuple[int, float]] = []
         self._pending_formed: Counter = Counter()
-        self._pending_latency: list[tuple[str, str, float]] = []  # (histogram, class, s)
+        # per answered batch: (SLA ms, wait s, latency s), one array each
+        self._pending_served: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
         self._gauge_values: dict[str, float] = {}  # the last value set on each gauge
 
     # -- events (cheap: counted locally) -------------------------------------------------
-    def on_response(self, sla_ms: float, latency_s: float) -> None:
-        """A successful response handed off ``latency_s`` seconds after the arrival."""
-        cls = sla_class(sla_ms)
-        key = (cls, "met" if latency_s * 1000.0 <= sla_ms else "missed")
+    def on_served(self, sla_ms: np.ndarray, wait_s: np.ndarray, latency_s: np.ndarray
+                  ) -> None:
+        """One batch answered: per member its SLA (ms), its wait from arrival to dispatch
+        and its latency from arrival to the answer (seconds). Counted per batch, as arrays:
+        the flush sorts them into classes and buckets in one pass."""
         with self._lock:
-            self._pending_sla[key] += 1
-            self._pending_latency.append(("request_duration_seconds", cls, latency_s))
-
-    def on_dispatch(self, waits: list[tuple[float, float]]) -> None:
-        """One batch sent: ``(sla_ms, seconds from arrival to dispatch)`` per member."""
-        with self._lock:
-            self._pending_latency.extend(("queue_duration_seconds", sla_class(sla_ms), wait_s)
-                                         for sla_ms, wait_s in waits)
+            self._pending_served.append((sla_ms, wait_s, latency_s))
 
     def on_rejected(self, reason: str, count: int = 1) -> None:
         with self._lock:
@@ -155,11 +155,9 @@ class ControlMetrics:
             rejected, self._pending_rejected = self._pending_rejected, Counter()
             batches, self._pending_batches = self._pending_batches, []
             formed, self._pending_formed = self._pending_formed, Counter()
-            latency, self._pending_latency = self._pending_latency, []
+            served, self._pending_served = self._pending_served, []
         for name, n in counters.items():
             self._counters[name].increment(n)
-        for key, n in sla.items():
-            self._sla[key].increment(n)
         for reason, n in rejected.items():
             self._rejected[reason].increment(n)
         for former, n in formed.items():
@@ -167,17 +165,46 @@ class ControlMetrics:
         for size, waste in batches:
             self._batch_size.observe(size)
             self._padding.observe(waste)
-        for name, cls, seconds in latency:
-            counts = self._latency_counts.get((name, cls))
-            if counts is None:
-                counts = self._latency_counts[(name, cls)] = [
-                    [0] * (len(LATENCY_BUCKETS) + 1), 0.0]
-            counts[0][bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-            counts[1] += seconds
+        if served:
+            self._count_served(served, sla)
+        for key, n in sla.items():
+            self._sla[key].increment(n)
         now = time.monotonic()
         if now - self._last_latency_publish >= LATENCY_PUBLISH_PERIOD_S:
             self._last_latency_publish = now
             self._publish_latency()
+
+    def _count_served(self, served: list, sla: Counter) -> None:
+        """Sort the answered batches' requests into SLA classes (met or missed, into
+        ``sla``) and latency buckets (``_latency_counts``), vectorised."""
+        sla_ms = np.concatenate([b[0] for b in served])
+        classes = np.searchsorted(_CLASS_BOUNDS, sla_ms, side="left")
+        for name, seconds in (("queue_duration_seconds", np.concatenate([b[1] for b in served])),
+                              ("request_duration_seconds",
+                               np.concatenate([b[2] for b in served]))):
+            buckets = np.searchsorted(_LATENCY_EDGES, seconds, side="left")
+            per_cell = np.bincount(classes * _BUCKETS + buckets,
+                                   minlength=len(SLA_CLASSES) * _BUCKETS)
+            sums = np.bincount(classes, weights=seconds, minlength=len(SLA_CLASSES))
+            for c in np.unique(classes):
+                cls = SLA_CLASSES[c][1]
+                counts = self._latency_counts.get((name, cls))
+                if counts is None:
+                    counts = self._latency_counts[(name, cls)] = [[0] * _BUCKETS, 0.0]
+                row = per_cell[c * _BUCKETS:(c + 1) * _BUCKETS]
+                counts[0] = [a + int(b) for a, b in zip(counts[0], row)]
+                counts[1] += float(sums[c])
+            if name == "request_duration_seconds":
+                met = seconds * 1000.0 <= sla_ms
+                for c in np.unique(classes):
+                    in_class = classes == c
+                    cls = SLA_CLASSES[c][1]
+                    n_met = int(np.count_nonzero(met & in_class))
+                    n_missed = int(np.count_nonzero(in_class)) - n_met
+                    if n_met:
+                        sla[(cls, "met")] += n_met
+                    if n_missed:
+                        sla[(cls, "missed")] += n_missed
 
     def _publish_latency(self) -> None:
         """Add each class's bucket counts since the last publish to its running totals

@@ -270,13 +270,13 @@ class Dispatcher:
                 self.answer(r, error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL))
         lengths = [r.seq_len for r in batch]
         self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste, former)
-        self.metrics.on_dispatch([(r.sla_ms, started - r.arrival_s) for r in batch])
         if succeeded:
             for r, build in zip(batch, builders):
                 self.answer(r, build)
-            done = time.monotonic()  # handed to the responder (sent within ~1 ms)
-            for r in batch:
-                self.metrics.on_response(r.sla_ms, done - r.arrival_s)
+            done = time.monotonic()  # handed to the responder, or returned with the call
+            arrivals = np.fromiter((r.arrival_s for r in batch), float, len(batch))
+            self.metrics.on_served(np.fromiter((r.sla_ms for r in batch), float, len(batch)),
+                                   started - arrivals, done - arrivals)
         else:
             self.metrics.on_event("batch_failures_total")
         self._batch_finished(batch, started, succeeded)

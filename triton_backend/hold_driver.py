@@ -129,9 +129,17 @@ class HoldDriver:
         """Decide and run until the call's requests are all answered; between batches,
         send early only what the call's end would make late."""
         dispatcher = self.dispatcher
-        while dispatcher.scheduler.queue_depth:
-            depth = dispatcher.scheduler.queue_depth
+        scheduler = dispatcher.scheduler
+        fraction = scheduler.control.overload_call_budget_sla_fraction
+        budget_s = fraction * min((q.sla_ms for q in scheduler.peek(scheduler.queue_depth)),
+                                  default=math.inf) / 1000.0
+        while scheduler.queue_depth:
+            depth = scheduler.queue_depth
             started = self._clock()
+            if scheduler.overloaded and (started - record.start_s
+                                         + self._mean_batch_s(record)) > budget_s:
+                self._refuse_rest(record, started, budget_s)
+                break
             try:
                 _, decision, _ = dispatcher.dispatch_once(flush=True)
             except Exception:  # its requests were answered (INTERNAL); serve the rest
@@ -146,6 +154,27 @@ class HoldDriver:
             if left:
                 self._send_late_ones(requests, responses, deadlines, record, ended,
                                      self._remaining_s(record, left))
+
+    def _refuse_rest(self, record: CallRecord, now: float, budget_s: float) -> None:
+        """Under a sustained overload the call has used its budget: refuse what is left,
+        now, in the returned list (see ControlConfig.overload_call_budget_sla_fraction)."""
+        dispatcher = self.dispatcher
+        message = (f"overloaded: this execute() call used its budget of "
+                   f"{budget_s * 1000.0:.1f} ms (a share of the smallest SLA it carried) "
+                   "while the queue is mostly late; refused at hand-over, before its deadline")
+        with dispatcher.cond:
+            refused = dispatcher.scheduler.refuse_queued(message)
+        dispatcher.metrics.on_rejected("deadline_infeasible", len(refused))
+        for req, reason in refused:
+            dispatcher.answer(req, error(reason, pb_utils.TritonError.UNAVAILABLE))
+        record.batch(0, len(refused), now, now, 0.0, "budget")
+
+    @staticmethod
+    def _mean_batch_s(record: CallRecord) -> float:
+        """The call's batches so far, their mean time (0 before the first): what the next
+        one is expected to take, so the budget is kept, not overshot by a batch."""
+        spans = [b[3] - b[2] for b in record.batches if b[0]]
+        return sum(spans) / len(spans) if spans else 0.0
 
     @staticmethod
     def _remaining_s(record: CallRecord, left: int) -> float:

@@ -75,13 +75,18 @@ def decode(request, contract=None):
     """One request's inputs, validated: ``DecodedRequest`` for the INPUT_IDS -> EMBEDDING
     contract (``contract`` None), else ``GenericRequest`` of ``contract``; raises
     ``RequestError`` naming the problem."""
+    tensors = {t.name(): t for t in request.inputs()}  # one list from the stub, not one a name
+
+    def array(name: str):
+        tensor = tensors.get(name)
+        return None if tensor is None else tensor.as_numpy()
+
     if contract is not None:
         names = [contract.sequence.name, *(t.name for t in contract.pass_through), "SLA_MS"]
-        return decode_generic(contract, {name: input_array(request, name) for name in names},
+        return decode_generic(contract, {name: array(name) for name in names},
                               request_parameters(request), timeout_us(request))
-    return decode_request(input_array(request, "INPUT_IDS"), input_array(request, "SLA_MS"),
-                          request_parameters(request), MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE,
-                          timeout_us(request))
+    return decode_request(array("INPUT_IDS"), array("SLA_MS"), request_parameters(request),
+                          MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, timeout_us(request))
 
 
 def placeholder_inputs(config: dict) -> list:

@@ -399,3 +399,25 @@ def test_sidecar_without_an_nvml_index_reads_no_nvml_and_stays_healthy(clock):
     assert all(x.health == HEALTH_OK and x.nvml_available is False and x.utilization is None
                for x in samples)
     assert len([line for line in logs if "no GPU" in line]) == 1  # said once, not per poll
+
+
+def test_the_metrics_page_is_scraped_every_nth_poll_and_its_health_carried_between(
+        absent_nvml, real_page):
+    """scrape_every=3: the page is fetched on polls 1, 4, 7; a failed scrape's verdict and
+    message stay on the samples until the next scrape, without growing."""
+    fetched = []
+    outcomes = iter([None, RuntimeError("refused"), None])
+
+    def fetch(url, timeout_s):
+        fetched.append(url)
+        failure = next(outcomes)
+        if failure is not None:
+            raise failure
+        return real_page
+
+    sidecar = Sidecar("http://m/metrics", fetch=fetch, nvml=absent_nvml, log=lambda _: None,
+                      scrape_every=3)
+    samples = [sidecar.poll_once() for _ in range(7)]
+    assert len(fetched) == 3
+    assert [s.endpoint_ok for s in samples] == [True] * 3 + [False] * 3 + [True]
+    assert samples[3].error == samples[5].error and "refused" in samples[5].error

@@ -146,3 +146,25 @@ def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_pat
     assert all(r["start_s"] <= r["decoded_s"] <= r["return_s"] for r in records)
     assert records[0]["gap_s"] is None and all(r["gap_s"] >= 0 for r in records[1:])
     assert model._hold.timeline.totals["requests"] == sent
+
+
+def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest(
+        adapter, pb_utils, monkeypatch):
+    """Overloaded (the scheduler says so), the call stops dispatching once its budget is
+    spent and refuses what is left at once, UNAVAILABLE, naming the overload; every
+    request still has exactly one answer, and served + refused == sent."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
+                                     "control.overload_call_budget_sla_fraction": "0.01"})
+    monkeypatch.setattr(type(model.scheduler), "overloaded", property(lambda self: True))
+    monkeypatch.setattr(type(model._hold), "_mean_batch_s",
+                        staticmethod(lambda record: 10.0))  # any batch would overrun it
+    requests = requests_of(pb_utils, 10)
+
+    returned = model.execute(requests)
+
+    codes = [pb_utils.error_code(the_answer(pb_utils, r, returned, i))
+             for i, r in enumerate(requests)]
+    refused = [i for i, c in enumerate(codes) if c == pb_utils.TritonError.UNAVAILABLE]
+    assert len(refused) + codes.count(None) == len(requests) and refused
+    assert "overloaded" in the_answer(pb_utils, requests[refused[0]], returned,
+                                      refused[0]).error().message()

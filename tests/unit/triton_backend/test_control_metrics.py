@@ -1,0 +1,63 @@
+"""``ControlMetrics`` counts answered batches as arrays: what it publishes must equal the
+per-request definition (``metric_catalog.sla_class``, a bucket by ``bisect_left`` over
+``LATENCY_BUCKETS``, met when the latency is within the SLA)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+import numpy as np
+
+from triton_backend.metric_catalog import LATENCY_BUCKETS, PREFIX, sla_class
+
+SLAS_MS = (10.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0, 1000.0, 5000.0)
+
+
+class _Stats:
+    """The scheduler figures flush() publishes as gauges (values do not matter here)."""
+
+    zone = prewarmed = window_ms = queue_depth = utilization = 0
+    observation_age_ms = control_period_ms = control_lag_ms = cost_error = 0.0
+    cost_correction = 1.0
+    emergency_batches = compensation_batches = 0
+
+
+def test_batches_counted_as_arrays_publish_the_per_request_histograms(pb_utils):
+    from triton_backend.control_metrics import ControlMetrics
+
+    metrics = ControlMetrics("m", "t4", "test")
+    rng = np.random.default_rng(3)
+    expected_buckets: Counter = Counter()
+    expected_sla: Counter = Counter()
+    expected_sum: Counter = Counter()
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        sla = rng.choice(SLAS_MS, n)
+        wait = rng.exponential(0.05, n)
+        latency = wait + rng.exponential(0.05, n)
+        metrics.on_served(sla, wait, latency)
+        for s, w, lat in zip(sla, wait, latency):
+            cls = sla_class(float(s))
+            for name, seconds in (("queue_duration_seconds", w),
+                                  ("request_duration_seconds", lat)):
+                expected_buckets[(name, cls, bisect.bisect_left(LATENCY_BUCKETS, seconds))] += 1
+                expected_sum[(name, cls)] += float(seconds)
+            expected_sla[(cls, "met" if lat * 1000.0 <= s else "missed")] += 1
+    metrics._last_latency_publish = -1e9  # publish on this flush
+    metrics.flush(_Stats(), 1.0)
+
+    for (cls, outcome), n in expected_sla.items():
+        assert pb_utils.metric_value(PREFIX + "sla_requests_total", sla_class=cls,
+                                     outcome=outcome) == n
+    bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS), "+Inf"]
+    for name in ("queue_duration_seconds", "request_duration_seconds"):
+        for cls in {c for (h, c, _) in expected_buckets if h == name}:
+            cumulative = 0
+            for k, le in enumerate(bounds):
+                cumulative += expected_buckets[(name, cls, k)]
+                got = pb_utils.metric_value(PREFIX + name + "_bucket", sla_class=cls, le=le)
+                assert got == cumulative, (name, cls, le)
+            assert pb_utils.metric_value(PREFIX + name + "_count", sla_class=cls) == cumulative
+            assert abs(pb_utils.metric_value(PREFIX + name + "_sum", sla_class=cls)
+                       - expected_sum[(name, cls)]) < 1e-9
