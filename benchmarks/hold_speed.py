@@ -8,7 +8,8 @@ closed-loop peak; variants of the hold intake beside them, under their own names
 
 Setup (issue "The shipped default at native's speed"): the EMULATED t4 re-costed as
 3.9 ms + 0.0006 ms/token, padded, device batch 64, time scale 1; native is
-``emulated_native`` behind Triton's batcher (delay 0, max_batch_size 64, no queue policy).
+``emulated_native`` behind Triton's batcher (delay 0, max_batch_size 64, no queue policy;
+the shipped emulated_native waits up to 2 ms).
 Traffic: perf_analyzer ``--request-distribution poisson`` with 2,000 requests of the
 benchmark's long-tailed length mix (16-512 tokens, log-normal around 64) as input data,
 SLA classes 50/100/200 ms in turn (native's file has no SLA input). Load fractions are of
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -37,9 +39,10 @@ from benchmarks.bench import SLA_CLASSES_MS, mix_entries, write_input_data
 from benchmarks.intake_check import FLAT
 from benchmarks.pages import write_page
 from benchmarks.procinfo import cpu_s, find_stub
-from benchmarks.repository import copy_model, set_max_batch_size
+from benchmarks.repository import copy_model
 from operator_tools.perf_analyzer import run_request_rate
 from triton_backend.intake_config import hold_config
+from tritonclient.grpc import model_config_pb2 as mc
 from triton_backend.launcher import TritonServer
 from triton_backend.timeline import TIMELINE_ENV
 
@@ -50,8 +53,28 @@ POISSON = ("--request-distribution", "poisson", "--stability-percentage", "30", 
 CLOSED_LOOP_FLAGS = ("--stability-percentage", "30", "--max-trials", "6")
 
 
-def build_repo(repo: str, hand_overs: list[int]) -> list[str]:
-    """The shipped plugin, its hold variants and native, all on the flat profile."""
+NATIVE_POLICY = "native_queue_policy"
+
+
+def _native(model) -> None:
+    """Native as the issue sets it up: Triton's batcher at delay 0, batches of up to 64
+    (the shipped emulated_native waits up to 2 ms)."""
+    model.max_batch_size = 64
+    model.dynamic_batching.max_queue_delay_microseconds = 0
+
+
+def _with_queue_policy(model) -> None:
+    """Native, plus the queue policy the plugin shipped before this round."""
+    _native(model)
+    policy = model.dynamic_batching.default_queue_policy
+    policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    policy.allow_timeout_override = True
+    policy.max_queue_size = 128
+
+
+def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False) -> list[str]:
+    """The shipped plugin, its hold variants and native (with ``native_policy``, also
+    native behind a queue policy: Triton's own tax), all on the flat profile."""
     profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **FLAT}
     copy_model(SHIPPED, repo, params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
     models = [SHIPPED]
@@ -62,7 +85,11 @@ def build_repo(repo: str, hand_overs: list[int]) -> list[str]:
                                                              max_queue_size=0),
                    params={**profiles, "profile_dir": f"{name}/profiles"})
         models.append(name)
-    copy_model(NATIVE, repo, edit=set_max_batch_size(64),
+    if native_policy:
+        copy_model(NATIVE, repo, NATIVE_POLICY, edit=_with_queue_policy,
+                   params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
+        models.append(NATIVE_POLICY)
+    copy_model(NATIVE, repo, edit=_native,
                params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
     return [*models, NATIVE]
 
@@ -106,11 +133,14 @@ def measure(server: TritonServer, model: str, data: str, rate: float, fraction, 
     row = Row(model, fraction, rate)
     try:
         r = run_request_rate(server.http_url, model, data, rate, ms, concurrency=concurrency,
+                             timeout_s=120,
                              extra=CLOSED_LOOP_FLAGS if concurrency else POISSON)
         row.throughput, row.p50_ms, row.p99_ms, row.kept = (r.throughput, r.p50_ms, r.p99_ms,
                                                           r.kept_schedule)
     except RuntimeError as exc:
         row.error = first_error(str(exc))
+    except subprocess.TimeoutExpired:
+        row.error = "perf_analyzer did not finish (no stable measurement)"
     cpu1, (n1, c1, t1) = cpu_s(stub), triton_stats(server, model)
     n, calls = n1 - n0, c1 - c0
     if n and cpu0 is not None and cpu1 is not None:
@@ -145,6 +175,9 @@ def main() -> int:
                         default=[0.2, 0.5, 0.8, 0.94, 1.1])
     parser.add_argument("--hand-over", nargs="*", type=int, default=[],
                         help="hold variants without a queue policy, by hand-over size")
+    parser.add_argument("--native-policy", action="store_true",
+                        help=f"add {NATIVE_POLICY}: native behind default_queue_policy "
+                             "{ max_queue_size: 128, allow_timeout_override: true }")
     parser.add_argument("--measurement-ms", type=int, default=4000)
     parser.add_argument("--timeline", default="", help="folder for the per-call timelines")
     parser.add_argument("--out", default=DEFAULT_OUT)
@@ -154,12 +187,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = os.path.join(tmp, "repo")
         os.makedirs(repo)
-        models = build_repo(repo, args.hand_over)
+        models = build_repo(repo, args.hand_over, args.native_policy)
         data_e = write_input_data(os.path.join(tmp, "mix_sla.json"),
                                   mix_entries(SLA_CLASSES_MS, DATA_ENTRIES))
         data_n = write_input_data(os.path.join(tmp, "mix.json"),
                                   mix_entries(None, DATA_ENTRIES))
-        data = {m: data_n if m == NATIVE else data_e for m in models}
+        data = {m: data_n if m in (NATIVE, NATIVE_POLICY) else data_e for m in models}
         rows: list[Row] = []
         with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
             for m in models:  # warm-up
@@ -184,7 +217,8 @@ def main() -> int:
     rows.sort(key=lambda r: (r.fraction, models.index(r.model)))
     command = " ".join(["scripts/hold_speed.py", "--fractions",
                         *(f"{f:g}" for f in args.fractions),
-                        *(["--hand-over", *map(str, args.hand_over)] if args.hand_over else [])])
+                        *(["--hand-over", *map(str, args.hand_over)] if args.hand_over else []),
+                        *(["--native-policy"] if args.native_policy else [])])
     text = "\n".join([
         "# The shipped default at device speed (perf_analyzer, Poisson; EMULATED flat t4)", "",
         f"Generated by `.venv/bin/python {command}` on this machine (2 shared cores: "
