@@ -19,6 +19,10 @@ overload 2x         (``overload``) Poisson arrivals at 0.5x capacity (warm-up, t
                     <= 1.0; stub and server RSS bounded; the queue-depth gauge never above
                     max_queue_size; recovery (per-second p99 of ok latencies back within 1.5x
                     of the baseline p99) within 5 s.
+burst 3x            (``burst``) 1.4x capacity (warm-up, then the first phase), 12 s at 3x,
+                    then 1.4x again. Bounds: lost 0; from 5 s after the burst, ok P50 and
+                    attainment (ok within the request's own SLA, of those sent) within
+                    10 % of the first phase's (a model must not stay in a slower state).
 soak                (``soak``) 0.7x capacity for 10 min (quick: 15 s). Bounds: every request
                     answered (ok + errors == sent, lost 0); stub RSS growth after warm-up (the
                     first 20 %) <= 5 %; stub thread count not growing.
@@ -601,6 +605,75 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
 
 def case_overload(ctx: Context) -> CaseResult:
     return run_overload(ctx, EXPLICIT, "overload 2x")
+
+
+# The burst case (issue "The shipped default at native's speed", item 5): a phase at
+# BURST_BASE x capacity, BURST_S at BURST_PEAK x, then BURST_BASE x again; from
+# BURST_SETTLE_S after the burst, P50 and attainment must be within BURST_TOLERANCE of the
+# first phase (a live model must not fall into a slower state after a burst).
+BURST_BASE, BURST_PEAK = 1.4, 3.0
+BURST_S = 12.0
+BURST_SETTLE_S = 5.0
+BURST_TOLERANCE = 0.10
+
+
+def _attainment(result: LoadResult) -> float | None:
+    """Answered OK within the request's own SLA, of those sent (None: none sent)."""
+    sent = [r for r in result.records if r.sla_ms]
+    if not sent:
+        return None
+    met = sum(1 for r in sent if r.outcome == OK and r.latency_ms is not None
+              and r.latency_ms <= r.sla_ms)
+    return met / len(sent)
+
+
+def case_burst(ctx: Context) -> CaseResult:
+    name = "burst 3x"
+    warm_s, first_s, after_s = (3.0, 6.0, 10.0) if ctx.quick else (5.0, 15.0, 20.0)
+    burst_s = 4.0 if ctx.quick else BURST_S
+    cap = ctx.capacity_rps
+    base, peak = BURST_BASE * cap, BURST_PEAK * cap
+    arrivals = concat_phases(
+        [poisson(base, warm_s, SEED + 40), poisson(base, first_s, SEED + 41),
+         poisson(peak, burst_s, SEED + 42), poisson(base, after_s, SEED + 43)],
+        [warm_s, first_s, burst_s, after_s])
+    t_first, t_burst = warm_s, warm_s + first_s
+    t_after = t_burst + burst_s
+    t_end = t_after + after_s
+    gen = LoadGenerator(ctx.server.grpc_url, EXPLICIT, clients=4, include_sla=True, seed=SEED)
+    result = gen.run(arrivals, max_duration_s=t_end, drain_timeout_s=30.0)
+    case = CaseResult(name, result)
+    first = result.window(t_first, t_burst)
+    settled = result.window(t_after + BURST_SETTLE_S, t_end)
+    a_first, a_settled = _attainment(first), _attainment(settled)
+    case.notes.append(
+        f"capacity {cap:.1f} req/s; {base:.0f} req/s ({first_s:g} s after a {warm_s:g} s "
+        f"warm-up) -> {peak:.0f} req/s ({burst_s:g} s) -> {base:.0f} req/s ({after_s:g} s); "
+        f"send lag p99 {result.send_lag_p99_ms:.2f} ms; first phase ok p50 "
+        f"{_fmt(first.p50_ms)} ms, attainment {_fmt(a_first and 100 * a_first)} %; from "
+        f"{BURST_SETTLE_S:g} s after the burst ok p50 {_fmt(settled.p50_ms)} ms, attainment "
+        f"{_fmt(a_settled and 100 * a_settled)} %")
+    if result.duplicates:
+        case.failures.append(f"{result.duplicates} duplicate responses")
+    if a_first is None or a_settled is None or not first.ok or not settled.ok:
+        case.failures.append("a phase without answered requests: nothing to compare")
+    else:
+        p50_ratio = settled.p50_ms / first.p50_ms
+        if p50_ratio > 1.0 + BURST_TOLERANCE:
+            missed_time_bound(ctx, case, f"P50 after the burst {p50_ratio:.2f}x the first "
+                              f"phase's (> {1.0 + BURST_TOLERANCE:g}x)")
+        if a_settled < (1.0 - BURST_TOLERANCE) * a_first:
+            missed_time_bound(ctx, case, f"attainment after the burst {100 * a_settled:.1f} % "
+                              f"< {1.0 - BURST_TOLERANCE:g} x the first phase's "
+                              f"{100 * a_first:.1f} %")
+    case.healthy = health_after(ctx.server, EXPLICIT)
+    case.details = [f"#### {name}: per-second buckets (by scheduled time)", "",
+                    *_bucket_table([
+                        ("first 1.4x", t_first, first.buckets(1.0)),
+                        ("burst 3x", t_burst, result.window(t_burst, t_after).buckets(1.0)),
+                        ("after 1.4x", t_after, result.window(t_after, t_end).buckets(1.0))]),
+                    ""]
+    return case
 
 
 def case_native_overload(ctx: Context) -> CaseResult:
@@ -1303,7 +1376,8 @@ def stop_case(server: TritonServer, name: str, expected: str = "") -> CaseResult
     return case
 
 
-CASES = {"overload": case_overload, "soak": case_soak, "native": case_native_overload,
+CASES = {"overload": case_overload, "burst": case_burst, "soak": case_soak,
+         "native": case_native_overload,
          "kill-hold": case_kill_hold, "kill-release": case_kill_release,
          "hostile": case_hostile, "drip": case_drip, "stall": case_stall}
 
