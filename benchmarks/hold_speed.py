@@ -36,7 +36,7 @@ from dataclasses import dataclass
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.bench import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.intake_check import FLAT
+from benchmarks.intake_check import FLAT, fmt
 from benchmarks.pages import write_page
 from benchmarks.procinfo import cpu_s, find_stub
 from benchmarks.repository import copy_model
@@ -148,10 +148,6 @@ def measure(server: TritonServer, model: str, data: str, rate: float, fraction, 
     if calls:
         row.per_call, row.call_ms = n / calls, (t1 - t0) / n / 1e6  # Triton sums it per request
     return row
-
-
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
 
 
 def table(rows: list[Row], peak: float) -> list[str]:

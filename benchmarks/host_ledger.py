@@ -204,11 +204,11 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
         name = e.model + (" (shipped default)" if e.model.endswith(SHIPPED_DEFAULT) else "")
         peak_x = ratio(e.throughput, native.throughput if native else None)
         cpu_x = ratio(e.stub_us, native.stub_us if native else None)
-        threads = " | ".join(ic._fmt(per.get(t), ".0f") for t in ("execute", "loop", "respond"))
+        threads = " | ".join(ic.fmt(per.get(t), ".0f") for t in ("execute", "loop", "respond"))
         open_x = ratio(e.open_loop_stub_us, native.open_loop_stub_us if native else None)
-        lines.append(f"| {name} | {ic._fmt(e.throughput, '.0f')} | {ic._fmt(peak_x, '.2f')} | "
-                     f"{ic._fmt(e.stub_us, '.0f')} | {ic._fmt(cpu_x, '.2f')} | {threads} | "
-                     f"{ic._fmt(e.open_loop_stub_us, '.0f')} | {ic._fmt(open_x, '.2f')} |")
+        lines.append(f"| {name} | {ic.fmt(e.throughput, '.0f')} | {ic.fmt(peak_x, '.2f')} | "
+                     f"{ic.fmt(e.stub_us, '.0f')} | {ic.fmt(cpu_x, '.2f')} | {threads} | "
+                     f"{ic.fmt(e.open_loop_stub_us, '.0f')} | {ic.fmt(open_x, '.2f')} |")
     lines += ["", "Stages, us of CPU per request under cProfile (each thread's CPU clock; "
               "cProfile slows the stub, so compare stages, not totals with the table above):",
               "", "| model | thread | " + " | ".join(STAGES) + " | other | total |",
@@ -216,8 +216,8 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
     for e in entries:
         for thread, split in e.stages_s.items():
             lines.append(f"| {e.model} | {thread} | "
-                         + " | ".join(ic._fmt(split.get(s), '.0f') for s in STAGES)
-                         + f" | {ic._fmt(split.get('other'), '.0f')} | {ic._fmt(split.get('total'), '.0f')} |")
+                         + " | ".join(ic.fmt(split.get(s), '.0f') for s in STAGES)
+                         + f" | {ic.fmt(split.get('other'), '.0f')} | {ic.fmt(split.get('total'), '.0f')} |")
     return lines + [""]
 
 

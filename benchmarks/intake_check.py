@@ -115,7 +115,8 @@ def _measure(server: TritonServer, model: str, rate: float, measurement_ms: int,
     return Row(result, model, rate, per_request, n / calls if calls else None, error)
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def fmt(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec``, or "-" when there is none."""
     return "-" if value is None else format(value, spec)
 
 
@@ -129,8 +130,8 @@ def open_loop_table(rows: list[Row]) -> list[str]:
             lines.append(f"| {row.model} | {row.rate:g} | failed: {row.error} | | | | | | |")
             continue
         lines.append(f"| {row.model} | {row.rate:g} | {r.throughput:.1f} | {r.p50_ms:.2f} | "
-                     f"{r.p90_ms:.2f} | {r.p99_ms:.2f} | {_fmt(row.stub_us_per_request, '.0f')} "
-                     f"| {_fmt(row.requests_per_call, '.1f')} | "
+                     f"{r.p90_ms:.2f} | {r.p99_ms:.2f} | {fmt(row.stub_us_per_request, '.0f')} "
+                     f"| {fmt(row.requests_per_call, '.1f')} | "
                      f"{'yes' if r.kept_schedule else 'NO'} |")
     return lines
 
@@ -149,9 +150,9 @@ def closed_loop_table(rows: list[Row], native: Row | None) -> list[str]:
         ratio = r.throughput / base if base else None
         extra = (row.stub_us_per_request - base_cpu
                  if row.stub_us_per_request is not None and base_cpu is not None else None)
-        lines.append(f"| {row.model} | {r.throughput:.0f} | {_fmt(ratio, '.2f')} | "
-                     f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {_fmt(row.stub_us_per_request, '.0f')} "
-                     f"| {_fmt(extra, '+.0f')} | {_fmt(row.requests_per_call, '.1f')} |")
+        lines.append(f"| {row.model} | {r.throughput:.0f} | {fmt(ratio, '.2f')} | "
+                     f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {fmt(row.stub_us_per_request, '.0f')} "
+                     f"| {fmt(extra, '+.0f')} | {fmt(row.requests_per_call, '.1f')} |")
     return lines
 
 

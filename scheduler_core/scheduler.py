@@ -118,10 +118,9 @@ class Scheduler:
             mode: make_former(name, cfg, ctl, estimator, small_queue)
             for mode, name in ((Mode.DEFAULT, safe), (Mode.EXPLICIT, ctl.explicit_former),
                                (Mode.EMERGENCY, ctl.emergency_former))}
-        # The smoothed share of the queue that the estimate calls late (_refusing_pays).
+        # The smoothed share of the queue that the estimate calls late (_measure_late_share).
         self.late_share = 0.0
         self._late_share_at_s = start_s
-        self._refusing_late = self.control.refusal_late_share <= 0
         self._arrived = False  # a request was queued since the late share was measured
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
                        "emergency_batches": 0, "compensation_batches": 0,
@@ -224,8 +223,8 @@ class Scheduler:
         doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
                                     self.small_queue)
         if start_s == now_s and self._queue:  # the decision's first look
-            self._refusing_late = self._refusing_pays(now_s, len(doomed))
-        if doomed and not self._refusing_late:  # only the hopeless: late even alone, at once
+            self._measure_late_share(now_s, len(doomed))
+        if doomed and not self._refusing_late():  # only the hopeless: late even alone, at once
             doomed = [e for e in doomed if e.alone_ms * correction > e.req.sla_ms]
         if not doomed:
             return ()
@@ -251,28 +250,31 @@ class Scheduler:
         (intake hold then budgets its calls; see ControlConfig)."""
         return self.late_share >= self.control.overload_late_share
 
-    def refuse_queued(self, reason: str) -> list[tuple[QueuedRequest, str]]:
-        """Take every queued request out to be refused with ``reason`` (the caller answers
-        each): intake hold's call budget under overload."""
-        refused = [(e.req, reason) for e in self._queue]
+    def refuse_queued(self) -> list[QueuedRequest]:
+        """Empty the queue and count its requests as refused (the caller answers each):
+        intake hold's call budget under overload."""
+        refused = self.drain()
         self.counts["rejected_infeasible"] += len(refused)
-        self._queue.clear()
         return refused
 
-    def _refusing_pays(self, now_s: float, late: int) -> bool:
-        """Update the smoothed share of the queue that is late (``late`` of it now, by the
-        estimate; at the first decision after arrivals, so a call's hand-over counts once)
-        and say whether a request late from waiting is refused: once the share
-        reaches ``refusal_late_share`` (0: always; see ControlConfig). One late even alone
-        and at once (its SLA below its own run time) is refused always, in ``_shed``."""
-        ctl = self.control
-        if self._arrived:  # measured where arrivals join, not again as the queue drains
-            self._arrived = False
-            dt = max(0.0, now_s - self._late_share_at_s)
-            self._late_share_at_s = now_s
-            weight = 1.0 - math.exp(-dt * 1000.0 / ctl.refusal_window_ms)
-            self.late_share += weight * (late / len(self._queue) - self.late_share)
-        return ctl.refusal_late_share <= 0 or self.late_share >= ctl.refusal_late_share
+    def _measure_late_share(self, now_s: float, late: int) -> None:
+        """Smooth ``late`` (of the queue, by the estimate, now) into ``late_share``: at the
+        first decision after arrivals, so a call's hand-over counts once, not again as the
+        queue drains."""
+        if not self._arrived:
+            return
+        self._arrived = False
+        dt = max(0.0, now_s - self._late_share_at_s)
+        self._late_share_at_s = now_s
+        weight = 1.0 - math.exp(-dt * 1000.0 / self.control.refusal_window_ms)
+        self.late_share += weight * (late / len(self._queue) - self.late_share)
+
+    def _refusing_late(self) -> bool:
+        """Whether a request late from waiting is refused: once ``late_share`` reaches
+        ``refusal_late_share`` (0: always; see ControlConfig). One late even alone and at
+        once (its SLA below its own run time) is refused always, in ``_shed``."""
+        share = self.control.refusal_late_share
+        return share <= 0 or self.late_share >= share
 
     def _behind(self) -> bool:
         return len(self._queue) >= self.cfg.max_batch_size

@@ -178,33 +178,29 @@ class ControlMetrics:
         """Sort the answered batches' requests into SLA classes (met or missed, into
         ``sla``) and latency buckets (``_latency_counts``), vectorised."""
         sla_ms = np.concatenate([b[0] for b in served])
+        latency_s = np.concatenate([b[2] for b in served])
         classes = np.searchsorted(_CLASS_BOUNDS, sla_ms, side="left")
+        n_classes = len(SLA_CLASSES)
+        in_class = np.bincount(classes, minlength=n_classes)
+        met = np.bincount(classes[latency_s * 1000.0 <= sla_ms], minlength=n_classes)
+        present = np.flatnonzero(in_class)
+        for c in present:
+            cls = SLA_CLASSES[c][1]
+            if met[c]:
+                sla[(cls, "met")] += int(met[c])
+            if in_class[c] > met[c]:
+                sla[(cls, "missed")] += int(in_class[c] - met[c])
         for name, seconds in (("queue_duration_seconds", np.concatenate([b[1] for b in served])),
-                              ("request_duration_seconds",
-                               np.concatenate([b[2] for b in served]))):
+                              ("request_duration_seconds", latency_s)):
             buckets = np.searchsorted(_LATENCY_EDGES, seconds, side="left")
             per_cell = np.bincount(classes * _BUCKETS + buckets,
-                                   minlength=len(SLA_CLASSES) * _BUCKETS)
-            sums = np.bincount(classes, weights=seconds, minlength=len(SLA_CLASSES))
-            for c in np.unique(classes):
-                cls = SLA_CLASSES[c][1]
-                counts = self._latency_counts.get((name, cls))
-                if counts is None:
-                    counts = self._latency_counts[(name, cls)] = [[0] * _BUCKETS, 0.0]
-                row = per_cell[c * _BUCKETS:(c + 1) * _BUCKETS]
-                counts[0] = [a + int(b) for a, b in zip(counts[0], row)]
+                                   minlength=n_classes * _BUCKETS).reshape(n_classes, _BUCKETS)
+            sums = np.bincount(classes, weights=seconds, minlength=n_classes)
+            for c in present:
+                counts = self._latency_counts.setdefault((name, SLA_CLASSES[c][1]),
+                                                         [[0] * _BUCKETS, 0.0])
+                counts[0] = [a + int(b) for a, b in zip(counts[0], per_cell[c])]
                 counts[1] += float(sums[c])
-            if name == "request_duration_seconds":
-                met = seconds * 1000.0 <= sla_ms
-                for c in np.unique(classes):
-                    in_class = classes == c
-                    cls = SLA_CLASSES[c][1]
-                    n_met = int(np.count_nonzero(met & in_class))
-                    n_missed = int(np.count_nonzero(in_class)) - n_met
-                    if n_met:
-                        sla[(cls, "met")] += n_met
-                    if n_missed:
-                        sla[(cls, "missed")] += n_missed
 
     def _publish_latency(self) -> None:
         """Add each class's bucket counts since the last publish to its running totals

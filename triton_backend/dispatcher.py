@@ -167,12 +167,16 @@ class Dispatcher:
                 self._batch_finished(batch, started, succeeded=False)
         return now, decision, arrivals_seen
 
-    def fail_queued(self, message: str) -> None:
-        """Fail (INTERNAL) whatever is still queued: a step failed and freed nothing."""
+    def answer_queued(self, message: str, code, refused: bool = False) -> None:
+        """Take everything still queued out and answer each with the error ``message``
+        (``code``); ``refused``: counted as refusals (deadline_infeasible), in the
+        scheduler's figures and the metrics."""
         with self.cond:
-            stuck = self.scheduler.drain()
-        for r in stuck:
-            self.answer(r, error(message, pb_utils.TritonError.INTERNAL))
+            taken = self.scheduler.refuse_queued() if refused else self.scheduler.drain()
+        if refused and taken:
+            self.metrics.on_rejected("deadline_infeasible", len(taken))
+        for r in taken:
+            self.answer(r, error(message, code))
 
     def step_failed(self) -> None:
         """A scheduling step raised (its requests were answered): count and log it."""
@@ -341,8 +345,5 @@ class Dispatcher:
 
     def drain(self) -> None:
         """At unload: fail whatever is still queued (UNAVAILABLE)."""
-        with self.cond:
-            leftovers = self.scheduler.drain()
-        for r in leftovers:
-            self.answer(r, error("model unloaded before the request ran",
-                                 pb_utils.TritonError.UNAVAILABLE))
+        self.answer_queued("model unloaded before the request ran",
+                           pb_utils.TritonError.UNAVAILABLE)

@@ -80,7 +80,8 @@ class HoldDriver:
         queued, wakes = self._decode_all(requests, arrival, responses, deadlines, earliest)
         record.decoded_s = self._clock()
         self.dispatcher.submit(queued, now)
-        self._run(requests, responses, deadlines, record)
+        min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
+        self._run(requests, responses, deadlines, record, min_sla_ms)
         done = self._clock()
         self.intake.call_returned(now, done)
         record.wakes = self.last_wakes = wakes
@@ -125,14 +126,15 @@ class HoldDriver:
                                         arrival, sla_ms, handle))
         return queued, wakes
 
-    def _run(self, requests, responses: list, deadlines: list, record: CallRecord) -> None:
+    def _run(self, requests, responses: list, deadlines: list, record: CallRecord,
+             min_sla_ms: float) -> None:
         """Decide and run until the call's requests are all answered; between batches,
-        send early only what the call's end would make late."""
+        send early only what the call's end would make late. Under a sustained overload
+        the call keeps a budget of a share of ``min_sla_ms`` (the smallest SLA it
+        carries)."""
         dispatcher = self.dispatcher
         scheduler = dispatcher.scheduler
-        fraction = scheduler.control.overload_call_budget_sla_fraction
-        budget_s = fraction * min((q.sla_ms for q in scheduler.peek(scheduler.queue_depth)),
-                                  default=math.inf) / 1000.0
+        budget_s = scheduler.control.overload_call_budget_sla_fraction * min_sla_ms / 1000.0
         while scheduler.queue_depth:
             depth = scheduler.queue_depth
             started = self._clock()
@@ -144,13 +146,14 @@ class HoldDriver:
                 _, decision, _ = dispatcher.dispatch_once(flush=True)
             except Exception:  # its requests were answered (INTERNAL); serve the rest
                 dispatcher.step_failed()
-                if dispatcher.scheduler.queue_depth >= depth:  # nothing left: stop
-                    dispatcher.fail_queued("scheduler failed before this request ran")
+                if scheduler.queue_depth >= depth:  # nothing left the queue: stop
+                    dispatcher.answer_queued("scheduler failed before this request ran",
+                                             pb_utils.TritonError.INTERNAL)
                 continue
             ended = self._clock()
             record.batch(len(decision.batch), len(decision.rejected), started, ended,
                          decision.estimated_ms, decision.former)
-            left = dispatcher.scheduler.queue_depth
+            left = scheduler.queue_depth
             if left:
                 self._send_late_ones(requests, responses, deadlines, record, ended,
                                      self._remaining_s(record, left))
@@ -158,16 +161,13 @@ class HoldDriver:
     def _refuse_rest(self, record: CallRecord, now: float, budget_s: float) -> None:
         """Under a sustained overload the call has used its budget: refuse what is left,
         now, in the returned list (see ControlConfig.overload_call_budget_sla_fraction)."""
-        dispatcher = self.dispatcher
-        message = (f"overloaded: this execute() call used its budget of "
-                   f"{budget_s * 1000.0:.1f} ms (a share of the smallest SLA it carried) "
-                   "while the queue is mostly late; refused at hand-over, before its deadline")
-        with dispatcher.cond:
-            refused = dispatcher.scheduler.refuse_queued(message)
-        dispatcher.metrics.on_rejected("deadline_infeasible", len(refused))
-        for req, reason in refused:
-            dispatcher.answer(req, error(reason, pb_utils.TritonError.UNAVAILABLE))
-        record.batch(0, len(refused), now, now, 0.0, "budget")
+        left = self.dispatcher.scheduler.queue_depth
+        self.dispatcher.answer_queued(
+            f"overloaded: this execute() call used its budget of {budget_s * 1000.0:.1f} ms "
+            "(a share of the smallest SLA it carried) while the queue is mostly late; "
+            "refused at hand-over, before its deadline", pb_utils.TritonError.UNAVAILABLE,
+            refused=True)
+        record.batch(0, left, now, now, 0.0, "budget")
 
     @staticmethod
     def _mean_batch_s(record: CallRecord) -> float:

@@ -99,9 +99,16 @@ def hand_over_arrival(now_s: float, previous: tuple[float, float] | None,
     latency histograms count that wait. A call that comes later than ``hand_over_s(
     requests)`` after that return found Triton's queue empty then: its requests arrived
     just now."""
-    if previous is not None and now_s - previous[1] <= hand_over_s(requests):
+    if handed_over(now_s, previous, requests):
         return (previous[0] + previous[1]) / 2.0
     return now_s
+
+
+def handed_over(now_s: float, previous: tuple[float, float] | None, requests: int) -> bool:
+    """Whether a call of ``requests`` starting at ``now_s`` carries what queued in Triton
+    during ``previous`` (its start and return): it starts within ``hand_over_s`` of that
+    return."""
+    return previous is not None and now_s - previous[1] <= hand_over_s(requests)
 
 
 def hand_over_s(requests: int) -> float:
@@ -190,9 +197,8 @@ class HoldIntake(_Base):
         from the previous call's start, the earliest they can have arrived, so a refusal
         never takes a request for younger than it is; a call that starts later than
         ``hand_over_s(requests)`` after the last return found Triton's queue empty then."""
-        previous = self._previous
-        if previous is not None and now_s - previous[1] <= hand_over_s(requests):
-            return previous[0], True
+        if handed_over(now_s, self._previous, requests):
+            return self._previous[0], True
         return now_s, False
 
     def earliest_arrival(self, now_s: float) -> float:
