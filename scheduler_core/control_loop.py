@@ -27,7 +27,7 @@ from typing import Protocol, Sequence
 
 from .clock import MAX_RATE, LogicalClock
 from .perception import ArrivalRate, BusyTracker, LatencyWindow, coefficient_of_variation
-from .policy import Mode, Reason, Zone
+from .policy import Mode, Zone
 from .profile import ControlConfig, SchedulerConfig
 from .request import QueuedRequest
 from .window import ElasticWindow
@@ -162,11 +162,11 @@ class ControlLoop:
                     self.sla_missed += 1
         self._refresh()
 
-    def on_dispatch(self, size: int, reason: str) -> None:
-        """A batch of ``size`` went: the running batch size, and a compensation batch is
-        spent."""
+    def on_dispatch(self, size: int, compensation: bool) -> None:
+        """A batch of ``size`` went: the running batch size; ``compensation``: it was
+        formed as the compensation batch, which is then spent."""
         self._avg_batch_size += 0.1 * (size - self._avg_batch_size)
-        if reason == Reason.COMPENSATION:
+        if compensation:
             self._compensation_size = 0
             self._refresh()
 

@@ -14,6 +14,9 @@ decision into the logs and the metrics.
   device's flat, launch-bound region padding is free and the batch fills; past it a
   candidate joins only if what it adds to the batch's cost is at most what it would cost
   otherwise (its share of an efficient batch of its own length, or running alone).
+  A candidate that would make a member miss its deadline is left out only where that pays:
+  the batch without this guard wins when it, and the rest of the queue after it, keep as
+  many requests in time (``_plan_in_time``).
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.
@@ -148,6 +151,24 @@ class LengthAwareFormer:
         return self.estimator.estimate_parts_ms(len(rest), max(rest), sum(rest),
                                                 sum(n * n for n in rest))
 
+    def _plan_in_time(self, items, first: list[int], first_ms: float, pool: list[int],
+                      now_s: float, size_cap: int) -> tuple[int, float]:
+        """(how many of ``pool``'s requests end in time, minus when the plan ends): run
+        ``first`` now, then the rest of ``pool``, in its order, in batches of
+        ``size_cap`` back to back - larger is better."""
+        chosen = set(first)
+        end_s = now_s + first_ms / 1000.0
+        met = sum(1 for slot in first if items[slot].deadline_s >= end_s)
+        rest = [slot for slot in pool if slot not in chosen]
+        estimate = self.estimator.estimate_parts_ms
+        for i in range(0, len(rest), size_cap):
+            chunk = rest[i:i + size_cap]
+            lengths = [items[slot].seq_len for slot in chunk]
+            end_s += estimate(len(lengths), max(lengths), sum(lengths),
+                              sum(n * n for n in lengths)) / 1000.0
+            met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
+        return met, -end_s
+
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
         # One function on purpose: the candidate loop below runs up to 8 * size_cap times
@@ -202,15 +223,15 @@ class LengthAwareFormer:
         shortest = table.seed.lengths[0] if table else 0
         seed_ms = est_ms
 
-        def scan(check_waste: bool):
+        def scan(check_waste: bool, guard_deadlines: bool = True):
             """The candidates that join the seed: (slots, estimate ms, deadline, how many
-            were left out for their padding alone)."""
+            were left out for their padding alone, how many for a member's deadline)."""
             members = [top[0]]
             longest, real, squared, deadline, est_ms = (seed.seq_len, seed.seq_len,
                                                         seed.seq_len ** 2, seed_deadline,
                                                         seed_ms)
             slots_left = priority_slots
-            waste_skipped = 0
+            waste_skipped = deadline_skipped = 0
             size = 2  # the batch's size if the next candidate joins
             span = longest * size  # its padded tokens if the candidate is not longer
             # Every check below only skips a candidate, so their order is free: the
@@ -263,7 +284,8 @@ class LengthAwareFormer:
                     bound = deadline if deadline <= due else due
                 else:
                     bound = deadline
-                if now_s + candidate_ms / 1000.0 > bound:
+                if guard_deadlines and now_s + candidate_ms / 1000.0 > bound:
+                    deadline_skipped += 1
                     continue  # adding it would make a member miss: leave it for another batch
                 members.append(slot)
                 longest, real, squared, deadline, est_ms = (
@@ -274,19 +296,34 @@ class LengthAwareFormer:
                 if size > size_cap:
                     break
                 span = longest * size
-            return members, est_ms, deadline, waste_skipped
+            return members, est_ms, deadline, waste_skipped, deadline_skipped
 
-        members, est_ms, deadline, waste_skipped = scan(check_waste)
+        members, est_ms, deadline, waste_skipped, deadline_skipped = scan(check_waste)
         if waste_skipped and padded and table is None:
             # Split only where the split pays: the same scan without the padding check,
             # and whichever leaves less device time for the two batches the queue's
             # candidates make (this one, and the rest of the other's as one batch). On a
             # flat, launch-bound cost (GPU-like: a fixed 3.9 ms a batch) splitting by
             # padding alone ran ~4 batches where one would do.
-            merged, merged_ms, merged_deadline, _ = scan(False)
+            merged, merged_ms, merged_deadline, _, merged_skipped = scan(False)
             if merged_ms + self._rest_ms(items, merged, members) <= (
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
+                deadline_skipped, check_waste = merged_skipped, False
+        if deadline_skipped:
+            # Guard only where the guard pays: leaving candidates out for a member's
+            # deadline costs another batch's fixed time, which delays everyone after it.
+            # The same scan without the guard wins when, with the rest of the scanned
+            # queue run after it in urgency order, it keeps as many requests in time
+            # (ties: the plan that ends sooner). Without this a hand-over of requests that
+            # waited splits into several small batches, each late one adding a launch,
+            # and a load the device carries in full batches collapses.
+            pool = top[:stop]
+            free, free_ms, free_deadline, _, _ = scan(check_waste, guard_deadlines=False)
+            free_plan = self._plan_in_time(items, free, free_ms, pool, now_s, size_cap)
+            guarded_plan = self._plan_in_time(items, members, est_ms, pool, now_s, size_cap)
+            if free_plan >= guarded_plan:
+                members, est_ms, deadline = free, free_ms, free_deadline
         members = [items[slot] for slot in members]
 
         immediate = (Reason.FLUSH if flush else Reason.COMPENSATION if compensation

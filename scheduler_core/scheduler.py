@@ -205,7 +205,9 @@ class Scheduler:
                                  state.zone, mode, former.name)
         entries = candidate.entries
         self._queue.discard(entries)
-        self._count_dispatch(len(entries), mode, reason)
+        # A compensation batch is spent by being formed, whatever sent it (intake hold's
+        # flush sends every batch as FLUSH; keeping the size would cap every later batch).
+        self._count_dispatch(len(entries), mode, reason, state.compensation_size > 0)
         # What stays queued waits for this batch too: whoever can no longer start in time
         # after it is refused now, not when it ends (and maybe past its own deadline).
         rejected += self._shed(now_s, now_s + candidate.estimated_ms / 1000.0)
@@ -235,9 +237,9 @@ class Scheduler:
                                                        correction)))
                      for e in doomed)
 
-    def _count_dispatch(self, size: int, mode: str, reason: str) -> None:
-        self.loop.on_dispatch(size, reason)
-        if reason == Reason.COMPENSATION:
+    def _count_dispatch(self, size: int, mode: str, reason: str, compensation: bool) -> None:
+        self.loop.on_dispatch(size, compensation)
+        if compensation:
             self.counts["compensation_batches"] += 1
         if reason == Reason.EMERGENCY:
             self.counts["emergency_batches"] += 1

@@ -357,6 +357,36 @@ def test_member_that_would_make_a_feasible_member_miss_is_left_out():
     assert s.queue_depth == 2
 
 
+def _urgent_and_waiting(others_left_ms: float) -> Scheduler:
+    """A 4 ms launch + 0.1 ms a sequence; at t=1 s request 0 has 5 ms left, 39 others
+    ``others_left_ms`` each (SLA 100 ms)."""
+    s = make(replace(FLAT_COST, fixed_ms=4.0, per_sequence_ms=0.1), max_batch_size=64)
+    submit(s, 0.905, req(0, 0.905, sla_ms=100.0))
+    at = 0.9 + others_left_ms / 1000.0
+    submit(s, at, *(req(i, at, sla_ms=100.0) for i in range(1, 40)))
+    prewarm(s, 1.0)
+    return s
+
+
+def test_deadline_guard_splits_when_the_split_keeps_more_in_time():
+    # Guarded: request 0 and 9 more in 5.0 ms, then 30 in 7.0 ms (ends 12 ms <= 14): all
+    # 40 in time. One batch of 40 (8 ms) would make request 0 miss.
+    s = _urgent_and_waiting(14.0)
+    d = s.schedule(1.0, flush=True)
+    assert ids(d)[0] == 0 and len(d.batch) == 10
+    assert d.estimated_ms == pytest.approx(5.0)
+
+
+def test_deadline_guard_yields_when_one_batch_keeps_more_in_time():
+    # Guarded as above, the 30 left would end at 12 ms, past their 10 ms: 10 in time.
+    # One batch of 40 ends at 8 ms: 39 in time (all but request 0). The extra launch of
+    # the split is what a loaded device cannot afford.
+    s = _urgent_and_waiting(10.0)
+    d = s.schedule(1.0, flush=True)
+    assert len(d.batch) == 40
+    assert d.estimated_ms == pytest.approx(8.0)
+
+
 def test_joining_member_deadline_bounds_the_rest_of_the_batch():
     # 1 + 50 ms per sequence; emergency drain (no duration cap). The aged loose seed has
     # 9 s left; request 1 (SLA 110 ms, urgency 0.38) fits as a second member (101 ms) but
@@ -676,6 +706,20 @@ def test_compensation_dispatches_at_once_with_a_short_queue():
     assert s.stats(0.125).compensation_batches == 1
 
 
+def test_a_flushed_compensation_batch_is_spent_once():
+    # Intake hold sends every batch with flush (reason "flush"): the compensation batch
+    # is still spent by being formed, and the next batch is full-size again.
+    s = make()
+    s.tick(0.0)
+    _breach(s, 0.0625, 3.0)
+    loose(s, 0.125, 0, 40)
+    first = s.schedule(0.125, flush=True)
+    assert first.reason == "flush" and len(first.batch) == 3
+    assert s.stats(0.125).compensation_batches == 1
+    assert len(s.schedule(0.125, flush=True).batch) == 32
+    assert s.stats(0.125).compensation_batches == 1
+
+
 @pytest.mark.parametrize("ratio, max_compensation, max_batch_size, expected", [
     (3.0, 2.0, 32, 3),        # deviation 2
     (5.0, 2.0, 32, 3),        # deviation 4 capped at 2
@@ -921,6 +965,15 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
     cfg, est = sched.cfg, sched.estimator
     max_window_s = cfg.max_window_ms / 1000.0
 
+    # Each decision's plan comparisons (the former's deadline guard, see below).
+    plans: list[tuple[int, float]] = []
+    for former in sched.formers.values():
+        if hasattr(former, "_plan_in_time"):
+            def spy(*args, _plan=former._plan_in_time):
+                plans.append(_plan(*args))
+                return plans[-1]
+            former._plan_in_time = spy
+
     now, nxt = 0.0, 0
     pending: list[QueuedRequest] = []      # submitted, not yet ended (arrival order)
     inflight, started, busy_until = None, 0.0, 0.0
@@ -939,6 +992,7 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
                 sched.set_external_utilization(external_util, now)
             corr = est.correction
             queued = sched.queue_depth
+            plans.clear()
             d = sched.schedule(now)
             # A request refused beside a dispatched batch must also wait for that batch.
             start = now + (d.estimated_ms / 1000.0 if d.batch else 0.0)
@@ -959,12 +1013,16 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
                 if len(d.batch) > 1:
                     assert len(d.batch) * max(lengths) <= cfg.max_batch_tokens
                 if d.mode in ("explicit", "emergency"):
-                    # no member's addition made a feasible member miss its deadline
+                    # no member's addition made a feasible member miss its deadline, unless
+                    # the former weighed it: the batch without the guard, then the rest,
+                    # keeps at least as many in time as the guarded one (plans: free,
+                    # guarded)
                     behind = queued >= cfg.max_batch_size
                     for r in d.batch:
                         need_ms = run_ms(est, cfg, r.seq_len, behind) * corr
-                        if (r.deadline_s - now) * 1000.0 - need_ms >= 0:
-                            assert now + d.estimated_ms / 1000.0 <= r.deadline_s + 1e-9
+                        if (r.deadline_s - now) * 1000.0 - need_ms >= 0 and (
+                                now + d.estimated_ms / 1000.0 > r.deadline_s + 1e-9):
+                            assert len(plans) == 2 and plans[0] >= plans[1]
                 duration_s = (formula_ms(device_cost, batch_shape(lengths, est.cost_mode))
                               * slowdown / 1000.0)
                 sched.batch_started(d.batch, now)
