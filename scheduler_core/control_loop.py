@@ -51,6 +51,7 @@ class Observation:
     p99_ms: float
     p99_cv: float
     min_remaining_sla_ms: float  # tightest remaining SLA in the queue (inf when empty)
+    arrival_rate_rps: float = 0.0  # arrivals per second over the perception window
 
     def age_ms(self, now_s: float) -> float:
         return (now_s - self.taken_s) * 1000.0
@@ -213,7 +214,8 @@ class ControlLoop:
             self._period_min_sla_ms = math.inf
         self.observation = Observation(now_s, util, source, util_age_ms, len(queue), p99,
                                        coefficient_of_variation(self._p99_history),
-                                       (min_remaining - now_s) * 1000.0)
+                                       (min_remaining - now_s) * 1000.0,
+                                       self.arrivals.rate_rps(now_s))
 
     def delay_variation(self, now_s: float) -> float:
         """The design's delay variation, the one input both the elastic window and the zone

@@ -15,8 +15,8 @@ decision into the logs and the metrics.
   candidate joins only if what it adds to the batch's cost is at most what it would cost
   otherwise (its share of an efficient batch of its own length, or running alone).
   A candidate that would make a member miss its deadline is left out only where that pays:
-  the batch without this guard wins when it, and the rest of the queue after it, keep as
-  many requests in time (``_plan_in_time``).
+  the guarded plan must keep more requests in time than the arrivals its extra launch
+  delays (``_plan_in_time``).
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.
@@ -153,9 +153,9 @@ class LengthAwareFormer:
 
     def _plan_in_time(self, items, first: list[int], first_ms: float, pool: list[int],
                       now_s: float, size_cap: int) -> tuple[int, float]:
-        """(how many of ``pool``'s requests end in time, minus when the plan ends): run
+        """(how many of ``pool``'s requests end in time, when the plan ends): run
         ``first`` now, then the rest of ``pool``, in its order, in batches of
-        ``size_cap`` back to back - larger is better."""
+        ``size_cap`` back to back."""
         chosen = set(first)
         end_s = now_s + first_ms / 1000.0
         met = sum(1 for slot in first if items[slot].deadline_s >= end_s)
@@ -167,7 +167,7 @@ class LengthAwareFormer:
             end_s += estimate(len(lengths), max(lengths), sum(lengths),
                               sum(n * n for n in lengths)) / 1000.0
             met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
-        return met, -end_s
+        return met, end_s
 
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
@@ -312,17 +312,20 @@ class LengthAwareFormer:
                 deadline_skipped, check_waste = merged_skipped, False
         if deadline_skipped:
             # Guard only where the guard pays: leaving candidates out for a member's
-            # deadline costs another batch's fixed time, which delays everyone after it.
-            # The same scan without the guard wins when, with the rest of the scanned
-            # queue run after it in urgency order, it keeps as many requests in time
-            # (ties: the plan that ends sooner). Without this a hand-over of requests that
-            # waited splits into several small batches, each late one adding a launch,
-            # and a load the device carries in full batches collapses.
+            # deadline costs another batch's launch, which delays everyone after it: the
+            # rest of this queue, and what arrives meanwhile. Both plans run the rest of
+            # the scanned queue after their first batch, in urgency order; the guarded one
+            # wins only if it keeps more of them in time than the arrivals its extra
+            # device time delays (as the worth-its-wait rule weighs a wait). Without this
+            # a hand-over of requests that waited splits into several small batches, each
+            # adding a launch, and a load the device carries in full batches collapses.
             pool = top[:stop]
             free, free_ms, free_deadline, _, _ = scan(check_waste, guard_deadlines=False)
-            free_plan = self._plan_in_time(items, free, free_ms, pool, now_s, size_cap)
-            guarded_plan = self._plan_in_time(items, members, est_ms, pool, now_s, size_cap)
-            if free_plan >= guarded_plan:
+            free_met, free_end_s = self._plan_in_time(items, free, free_ms, pool, now_s,
+                                                      size_cap)
+            met, end_s = self._plan_in_time(items, members, est_ms, pool, now_s, size_cap)
+            delayed = state.observation.arrival_rate_rps * max(0.0, end_s - free_end_s)
+            if free_met + delayed >= met:
                 members, est_ms, deadline = free, free_ms, free_deadline
         members = [items[slot] for slot in members]
 

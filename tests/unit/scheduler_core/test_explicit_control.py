@@ -357,10 +357,14 @@ def test_member_that_would_make_a_feasible_member_miss_is_left_out():
     assert s.queue_depth == 2
 
 
-def _urgent_and_waiting(others_left_ms: float) -> Scheduler:
+def _urgent_and_waiting(others_left_ms: float, earlier_arrivals: int = 0) -> Scheduler:
     """A 4 ms launch + 0.1 ms a sequence; at t=1 s request 0 has 5 ms left, 39 others
-    ``others_left_ms`` each (SLA 100 ms)."""
+    ``others_left_ms`` each (SLA 100 ms); ``earlier_arrivals`` arrived (and left) in the
+    second before: the arrival rate perception sees."""
     s = make(replace(FLAT_COST, fixed_ms=4.0, per_sequence_ms=0.1), max_batch_size=64)
+    for k in range(earlier_arrivals):
+        s.submit(req(1000 + k, 0.0), 0.05 + 0.8 * k / earlier_arrivals)
+    s.remove([1000 + k for k in range(earlier_arrivals)])
     submit(s, 0.905, req(0, 0.905, sla_ms=100.0))
     at = 0.9 + others_left_ms / 1000.0
     submit(s, at, *(req(i, at, sla_ms=100.0) for i in range(1, 40)))
@@ -375,6 +379,16 @@ def test_deadline_guard_splits_when_the_split_keeps_more_in_time():
     d = s.schedule(1.0, flush=True)
     assert ids(d)[0] == 0 and len(d.batch) == 10
     assert d.estimated_ms == pytest.approx(5.0)
+
+
+def test_deadline_guard_yields_when_its_launch_delays_more_arrivals_than_it_saves():
+    # As in the split above (guarded: 40 in time, ending at 12 ms; one batch: 39, ending at
+    # 8 ms), but 1,000 requests a second arrive: the guard's extra 4 ms delay about 4 of
+    # them, more than the one request it saves.
+    s = _urgent_and_waiting(14.0, earlier_arrivals=1000)
+    d = s.schedule(1.0, flush=True)
+    assert s.observation.arrival_rate_rps > 1000
+    assert len(d.batch) == 40
 
 
 def test_deadline_guard_yields_when_one_batch_keeps_more_in_time():
@@ -1015,14 +1029,17 @@ def run_event_loop(sched: Scheduler, arrivals, device_cost: CostModelConfig, slo
                 if d.mode in ("explicit", "emergency"):
                     # no member's addition made a feasible member miss its deadline, unless
                     # the former weighed it: the batch without the guard, then the rest,
-                    # keeps at least as many in time as the guarded one (plans: free,
-                    # guarded)
+                    # keeps as many in time as the guarded one, less the arrivals its extra
+                    # launch delays (plans: free, guarded; each (in time, end))
                     behind = queued >= cfg.max_batch_size
                     for r in d.batch:
                         need_ms = run_ms(est, cfg, r.seq_len, behind) * corr
                         if (r.deadline_s - now) * 1000.0 - need_ms >= 0 and (
                                 now + d.estimated_ms / 1000.0 > r.deadline_s + 1e-9):
-                            assert len(plans) == 2 and plans[0] >= plans[1]
+                            assert len(plans) == 2
+                            (free_met, free_end), (met, end) = plans
+                            rate = sched.observation.arrival_rate_rps
+                            assert free_met + rate * max(0.0, end - free_end) >= met
                 duration_s = (formula_ms(device_cost, batch_shape(lengths, est.cost_mode))
                               * slowdown / 1000.0)
                 sched.batch_started(d.batch, now)

@@ -1,0 +1,117 @@
+"""Host cost of one execute() call, per request, in process: the plugin's shipped default
+(intake hold) against native's model class, on the fake ``triton_python_backend_utils``
+(tests/unit/triton_backend), the EMULATED device at a near-zero time scale.
+
+It isolates the plugin's own Python per call from Triton, the stub's C++ and the other
+processes sharing the cores (what /proc and py-spy measure in ``scripts/hold_speed.py``):
+the same calls, of ``--per-call`` requests of the bench mix (lengths 8-512, SLA classes
+50/100/200 ms), CPU time per request, and with ``--profile`` the top functions.
+
+    .venv/bin/python scripts/call_path.py [--calls 3000] [--per-call 17] [--profile]
+
+Measured: see results/call_path.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import time
+
+from tests.unit.triton_backend.conftest import (SHIPPED_MODEL_DIR, _install_fake_pb_utils,  # noqa: E402
+                                               shipped_model_config)
+
+pb_utils = _install_fake_pb_utils()
+
+import numpy as np  # noqa: E402
+
+from benchmarks.bench import SLA_CLASSES_MS, mix_entries  # noqa: E402
+
+from benchmarks.intake_check import FLAT  # noqa: E402
+
+# The issue's flat GPU-like profile (a fixed 3.9 ms a batch), at 1 % of its time: the
+# device's sleeps are not CPU time, and the calls go by quickly.
+PARAMS = {"sidecar": "off", **FLAT, "time_scale": "0.01"}
+
+
+def model_args(name: str, config: dict, folder: str) -> dict:
+    return {"model_name": name, "model_config": json.dumps(config), "model_repository": folder,
+            "model_version": "1", "model_instance_kind": "CPU",
+            "model_instance_name": f"{name}_0_0", "model_instance_device_id": "0"}
+
+
+def explicit_model():
+    from triton_backend.explicit_model import ExplicitModel
+    model = ExplicitModel()
+    model.initialize(model_args("emulated_explicit", shipped_model_config(**PARAMS),
+                                SHIPPED_MODEL_DIR))
+    return model
+
+
+def native_model():
+    from triton_backend.inner_model import InnerModel
+    config = shipped_model_config(**PARAMS)
+    params = {**PARAMS, "executor": "emulated", "profile_dir": "emulated_explicit/profiles",
+              "hardware_profile": "t4"}
+    del params["control.refusal_late_share"]  # no scheduler here
+    config["parameters"] = {k: {"string_value": v} for k, v in params.items()}
+    model = InnerModel()
+    model.initialize(model_args("emulated_native", config,
+                                os.path.join(os.path.dirname(SHIPPED_MODEL_DIR),
+                                             "emulated_native")))
+    return model
+
+
+def calls(n_calls: int, per_call: int, with_sla: bool) -> list[list]:
+    entries = mix_entries(SLA_CLASSES_MS if with_sla else None, 2000)
+    out, k = [], 0
+    for _ in range(n_calls):
+        batch = []
+        for _ in range(per_call):
+            length, sla = entries[k % len(entries)]
+            ids = (np.arange(length, dtype=np.int64) + k) % 30000 + 1
+            k += 1
+            batch.append(pb_utils.FakeRequest(ids.reshape(1, -1), sla_ms=sla))
+        out.append(batch)
+    return out
+
+
+def measure(model, work: list[list], profile: bool) -> float:
+    """CPU microseconds per request over ``work``."""
+    profiler = cProfile.Profile() if profile else None
+    start = time.process_time()
+    if profiler:
+        profiler.enable()
+    for batch in work:
+        model.execute(batch)
+    if profiler:
+        profiler.disable()
+    spent = time.process_time() - start
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
+    return 1e6 * spent / sum(len(b) for b in work)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """CPU microseconds per request, by model class (printed as it goes)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--per-call", type=int, default=17)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    results = {}
+    for name, make, with_sla in (("native", native_model, False),
+                                 ("explicit (hold)", explicit_model, True)):
+        model = make()
+        try:
+            measure(model, calls(200, args.per_call, with_sla), False)  # warm-up
+            results[name] = measure(model, calls(args.calls, args.per_call, with_sla),
+                                    args.profile)
+        finally:
+            model.finalize()
+        print(f"{name}: {results[name]:.1f} us CPU per request", flush=True)
+    print(f"ratio explicit/native: {results['explicit (hold)'] / results['native']:.2f}")
+    return results

@@ -1,0 +1,10 @@
+"""``benchmarks/call_path.py`` runs both model classes on the fake pb_utils and reports a
+CPU cost per request for each (a smoke at tiny sizes; the figures are results/, not here)."""
+
+from benchmarks.call_path import main
+
+
+def test_both_model_classes_run_and_are_costed():
+    results = main(["--calls", "3", "--per-call", "4"])
+    assert set(results) == {"native", "explicit (hold)"}
+    assert all(cost > 0 for cost in results.values())
