@@ -15,40 +15,33 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import os
 import pstats
 import statistics
 import time
 
-from tests.unit.triton_backend.conftest import (SHIPPED_MODEL_DIR, _install_fake_pb_utils,  # noqa: E402
-                                               shipped_model_config)
+import numpy as np
+
+from benchmarks.bench import SLA_CLASSES_MS, mix_entries
+from benchmarks.intake_check import FLAT
+from benchmarks.pages import write_page
+# Importing the tests' conftest installs the fake pb_utils before any adapter module loads
+# (they are imported inside the functions below).
+from tests.unit.triton_backend.conftest import (SHIPPED_MODEL_DIR, _install_fake_pb_utils,
+                                               instance_args, shipped_model_config)
 
 pb_utils = _install_fake_pb_utils()
-
-import numpy as np  # noqa: E402
-
-from benchmarks.bench import SLA_CLASSES_MS, mix_entries  # noqa: E402
-
-from benchmarks.intake_check import FLAT  # noqa: E402
-from benchmarks.pages import write_page  # noqa: E402
 
 # The issue's flat GPU-like profile (a fixed 3.9 ms a batch), at 1 % of its time: the
 # device's sleeps are not CPU time, and the calls go by quickly.
 PARAMS = {"sidecar": "off", **FLAT, "time_scale": "0.01"}
 
 
-def model_args(name: str, config: dict, folder: str) -> dict:
-    return {"model_name": name, "model_config": json.dumps(config), "model_repository": folder,
-            "model_version": "1", "model_instance_kind": "CPU",
-            "model_instance_name": f"{name}_0_0", "model_instance_device_id": "0"}
-
-
 def explicit_model():
     from triton_backend.explicit_model import ExplicitModel
     model = ExplicitModel()
-    model.initialize(model_args("emulated_explicit", shipped_model_config(**PARAMS),
-                                SHIPPED_MODEL_DIR))
+    model.initialize(instance_args("emulated_explicit", shipped_model_config(**PARAMS),
+                                   SHIPPED_MODEL_DIR))
     return model
 
 
@@ -60,9 +53,9 @@ def native_model():
     del params["control.refusal_late_share"]  # no scheduler here
     config["parameters"] = {k: {"string_value": v} for k, v in params.items()}
     model = InnerModel()
-    model.initialize(model_args("emulated_native", config,
-                                os.path.join(os.path.dirname(SHIPPED_MODEL_DIR),
-                                             "emulated_native")))
+    model.initialize(instance_args("emulated_native", config,
+                                   os.path.join(os.path.dirname(SHIPPED_MODEL_DIR),
+                                                "emulated_native")))
     return model
 
 

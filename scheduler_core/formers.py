@@ -142,14 +142,17 @@ class LengthAwareFormer:
                     Reason.DILUTION, gap_end_s)
         return size_cap, duration_cap_ms, urgent_lane, None
 
+    def _lengths_ms(self, lengths: list[int]) -> float:
+        """The estimate for sequences of ``lengths`` as one batch (0: none)."""
+        if not lengths:
+            return 0.0
+        return self.estimator.estimate_parts_ms(len(lengths), max(lengths), sum(lengths),
+                                                sum(n * n for n in lengths))
+
     def _rest_ms(self, items, taken: list[int], others: list[int]) -> float:
         """The estimate for ``others``' slots not in ``taken``, as one batch (0: none)."""
         chosen = set(taken)
-        rest = [items[slot].seq_len for slot in others if slot not in chosen]
-        if not rest:
-            return 0.0
-        return self.estimator.estimate_parts_ms(len(rest), max(rest), sum(rest),
-                                                sum(n * n for n in rest))
+        return self._lengths_ms([items[slot].seq_len for slot in others if slot not in chosen])
 
     def _plan_in_time(self, items, first: list[int], first_ms: float, pool: list[int],
                       now_s: float, size_cap: int) -> tuple[int, float]:
@@ -160,12 +163,9 @@ class LengthAwareFormer:
         end_s = now_s + first_ms / 1000.0
         met = sum(1 for slot in first if items[slot].deadline_s >= end_s)
         rest = [slot for slot in pool if slot not in chosen]
-        estimate = self.estimator.estimate_parts_ms
         for i in range(0, len(rest), size_cap):
             chunk = rest[i:i + size_cap]
-            lengths = [items[slot].seq_len for slot in chunk]
-            end_s += estimate(len(lengths), max(lengths), sum(lengths),
-                              sum(n * n for n in lengths)) / 1000.0
+            end_s += self._lengths_ms([items[slot].seq_len for slot in chunk]) / 1000.0
             met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
         return met, end_s
 

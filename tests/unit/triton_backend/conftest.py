@@ -91,6 +91,15 @@ class ExecutorSpy:
         return [seq for batch in self.batches for seq in batch]
 
 
+def instance_args(name: str, config: dict, folder: str) -> dict:
+    """``initialize(args)`` as Triton builds it for instance 0 of model ``name`` (its
+    ``config`` as JSON) in the model folder ``folder``, on the CPU."""
+    return {"model_name": name, "model_config": json.dumps(config),
+            "model_repository": folder,  # Triton passes the model's own folder
+            "model_version": "1", "model_instance_kind": "CPU",
+            "model_instance_name": f"{name}_0_0", "model_instance_device_id": "0"}
+
+
 class Adapter:
     """Builds ``ExplicitModel``s on the shipped config; each is finalized at teardown
     (after its gate is opened, so no batch stays held)."""
@@ -106,17 +115,9 @@ class Adapter:
         values = {**FAST_PARAMS, "intake": intake, **params}
         if gated:
             values["device_gate_file"] = self.gate.path
-        args = {
-            "model_name": "emulated_explicit",
-            "model_config": json.dumps(shipped_model_config(**values)),
-            "model_repository": SHIPPED_MODEL_DIR,  # Triton passes the model's own folder
-            "model_version": "1",
-            "model_instance_kind": "CPU",
-            "model_instance_name": "emulated_explicit_0_0",
-            "model_instance_device_id": "0",
-        }
         model = ExplicitModel()
-        model.initialize(args)
+        model.initialize(instance_args("emulated_explicit", shipped_model_config(**values),
+                                       SHIPPED_MODEL_DIR))
         self._models.append(model)
         return model
 
