@@ -121,11 +121,13 @@ class ControlLoop:
         self._refresh()
 
     # -- inputs ------------------------------------------------------------------------
-    def on_arrival(self, now_s: float, sla_ms: float, alone_ms: float) -> float:
-        """Count an arrival; returns its logical arrival time. ``alone_ms``: its estimated
+    def on_arrival(self, now_s: float, sla_ms: float, alone_ms: float,
+                   count: int = 1) -> float:
+        """Count ``count`` arrivals of the same time; returns their logical arrival time.
+        ``sla_ms``: the smallest SLA among them; ``alone_ms``: its request's estimated
         cost run alone (an SLA it cannot meet even so does not set the reserved capacity:
         say, 0.5 ms must not shrink everyone's batches)."""
-        self.arrivals.add(now_s)
+        self.arrivals.add(now_s, count)
         if now_s - self._last_arrival_s > self.arrivals.window_s:
             self._load_since_s = now_s  # the load (re)starts after an idle spell
         self._last_arrival_s = now_s
@@ -152,15 +154,13 @@ class ControlLoop:
         """Busy time always; per-request latency and SLA only for a batch that succeeded."""
         self.busy.stop(now_s)
         self._last_finish_s = now_s
-        if succeeded:
-            for req in batch:
-                latency_ms = (now_s - req.arrival_s) * 1000.0
-                self.latencies.add(now_s, latency_ms)
-                self.sla_ratios.add(now_s, latency_ms / req.sla_ms)
-                if latency_ms <= req.sla_ms:
-                    self.sla_met += 1
-                else:
-                    self.sla_missed += 1
+        if succeeded and batch:
+            latency_ms = [(now_s - r.arrival_s) * 1000.0 for r in batch]
+            self.latencies.add_many(now_s, latency_ms)
+            self.sla_ratios.add_many(now_s, [lat / r.sla_ms for lat, r in zip(latency_ms, batch)])
+            met = sum(1 for lat, r in zip(latency_ms, batch) if lat <= r.sla_ms)
+            self.sla_met += met
+            self.sla_missed += len(batch) - met
         self._refresh()
 
     def on_dispatch(self, size: int, compensation: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Sequence
 
 import numpy as np
 
@@ -83,8 +84,11 @@ class ArrivalRate:
         self.window_s = window_s
         self._times: deque[float] = deque()
 
-    def add(self, now_s: float) -> None:
-        self._times.append(now_s)
+    def add(self, now_s: float, count: int = 1) -> None:
+        if count == 1:
+            self._times.append(now_s)
+        else:
+            self._times.extend([now_s] * count)
 
     def rate_rps(self, now_s: float) -> float:
         """Arrivals in (now - window, now], per second."""
@@ -111,6 +115,11 @@ class LatencyWindow:
     def add(self, now_s: float, latency_ms: float) -> None:
         self._times.append(now_s)
         self._values.append(latency_ms)
+
+    def add_many(self, now_s: float, latencies_ms: Sequence[float]) -> None:
+        """``add`` for each of ``latencies_ms``, all finished at ``now_s``."""
+        self._times.extend([now_s] * len(latencies_ms))
+        self._values.extend(latencies_ms)
 
     def _prune(self, now_s: float) -> None:
         horizon = now_s - self.window_s

@@ -83,6 +83,21 @@ def infeasible_detail(e: Entry, now_s: float, start_s: float, margin_s: float, b
             f"correction {correction:.2f}")
 
 
+class _HandedOver:
+    """A hand-over the caller holds, as perception reads a queue (``takes_as_handed``)."""
+
+    __slots__ = ("n", "deadline_s")
+
+    def __init__(self, n: int, deadline_s: float):
+        self.n, self.deadline_s = n, deadline_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def min_deadline(self) -> float:
+        return self.deadline_s
+
+
 class Scheduler:
     """Explicit-control batching over one device (one batch in flight at a time)."""
 
@@ -214,6 +229,76 @@ class Scheduler:
         return BatchDecision(tuple(e.req for e in entries), None, reason, state.window_ms, util,
                              candidate.estimated_ms, rejected, state.zone, mode, former.name)
 
+    def takes_as_handed(self, now_s: float, batch: Sequence[QueuedRequest]) -> float | None:
+        """A hand-over the caller holds (intake hold's call) as one batch, as Triton's
+        batcher handed it over, where that is the batch ``schedule`` would form from it
+        anyway, known from a few sums instead of a decision's scans. A number (the batch's
+        estimate, ms): ``batch`` is taken, its arrivals counted as ``submit`` counts them
+        (the caller runs it, then ``batch_started`` / ``batch_finished`` as for any
+        batch); None: nothing changed but the control loop's tick, and the caller submits
+        the requests and asks ``schedule``.
+
+        The conditions, each one a reason ``schedule`` could form something else:
+
+        * nothing is queued; no compensation batch is due; no sustained overload; the
+          mode's former is FIFO or length-aware (default batching, or explicit control:
+          not the emergency policy's small batches);
+        * the batch fits one batch (``max_batch_size``, ``max_batch_tokens``);
+        * every member ends in time in it, by the estimate (less the infeasibility
+          margin): none is refused, and no deadline guard or urgency order has anything
+          to change; with a length-aware former, the batch is also within the reserved
+          capacity's duration cap;
+        * on a padded device, its padding costs less than one launch: any split costs at
+          least the ragged cost plus a second launch, so the former's split never pays.
+
+        Outside explicit control this is the design's flow chart (batch conventionally, no
+        per-request decision); inside it, the decision it would take. The tick sees the
+        hand-over as the queue (depth, tightest deadline), as it would once submitted, and
+        the late share is measured (none late), so the control loop follows the load
+        whichever path the call takes."""
+        n = len(batch)
+        cfg, est = self.cfg, self.estimator
+        if not n or self._queue or n > cfg.max_batch_size:
+            return None
+        lengths = [r.seq_len for r in batch]
+        longest, real = max(lengths), sum(lengths)
+        if n * longest > cfg.max_batch_tokens:
+            return None
+        first_deadline = min(r.deadline_s for r in batch)
+        self.loop.tick(now_s, _HandedOver(n, first_deadline))
+        state = self.loop.state
+        former = self.formers[state.mode].name
+        if (former not in ("fifo", "length_aware") or state.compensation_size > 0
+                or self.overloaded):
+            return None
+        squared = sum(k * k for k in lengths)
+        batch_ms = est.estimate_parts_ms(n, longest, real, squared)
+        margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
+        if now_s + batch_ms / 1000.0 > first_deadline - margin_s:
+            return None
+        if former != "fifo":
+            if state.tightest_sla_ms and batch_ms > (
+                    (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms):
+                return None
+            if est.cost_mode == "padded" and not self._padding_below_a_launch(
+                    n, longest, real, squared):
+                return None
+        # Every member ends in time in the batch: the smallest SLA is a feasible one.
+        self.loop.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
+        self._arrived = True
+        self._measure_late_share(now_s, 0, n)
+        self._count_dispatch(n, state.mode, Reason.FLUSH, False)
+        return batch_ms
+
+    def _padding_below_a_launch(self, n: int, longest: int, real: int, squared: int) -> bool:
+        """Whether a padded batch's padding costs less than one batch launch (the cost
+        model's line: its tokens and squared tokens past the real ones, against
+        ``fixed_ms``; a measured table keeps the line it was fitted with)."""
+        cm = self.estimator.cfg
+        padding_ms = (cm.per_token_ms * (n * longest - real)
+                      + cm.per_token_squared_ms * (n * longest * longest - squared))
+        return padding_ms < cm.fixed_ms
+
     def _shed(self, now_s: float, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
         """Requests that miss their deadline even run from ``start_s`` (now, or when the
         batch just dispatched ends), alone - or, when behind, in an efficient batch
@@ -225,7 +310,7 @@ class Scheduler:
         doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
                                     self.small_queue)
         if start_s == now_s and self._queue:  # the decision's first look
-            self._measure_late_share(now_s, len(doomed))
+            self._measure_late_share(now_s, len(doomed), len(self._queue))
         if doomed and not self._refusing_late():  # only the hopeless: late even alone, at once
             doomed = [e for e in doomed if e.alone_ms * correction > e.req.sla_ms]
         if not doomed:
@@ -259,17 +344,17 @@ class Scheduler:
         self.counts["rejected_infeasible"] += len(refused)
         return refused
 
-    def _measure_late_share(self, now_s: float, late: int) -> None:
-        """Smooth ``late`` (of the queue, by the estimate, now) into ``late_share``: at the
-        first decision after arrivals, so a call's hand-over counts once, not again as the
-        queue drains."""
+    def _measure_late_share(self, now_s: float, late: int, queued: int) -> None:
+        """Smooth ``late`` (of the ``queued`` requests, by the estimate, now) into
+        ``late_share``: at the first decision after arrivals, so a call's hand-over counts
+        once, not again as the queue drains."""
         if not self._arrived:
             return
         self._arrived = False
         dt = max(0.0, now_s - self._late_share_at_s)
         self._late_share_at_s = now_s
         weight = 1.0 - math.exp(-dt * 1000.0 / self.control.refusal_window_ms)
-        self.late_share += weight * (late / len(self._queue) - self.late_share)
+        self.late_share += weight * (late / queued - self.late_share)
 
     def _refusing_late(self) -> bool:
         """Whether a request late from waiting is refused: once ``late_share`` reaches

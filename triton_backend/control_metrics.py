@@ -2,9 +2,9 @@
 
 The scheduler core exports plain numbers (``SchedulerStats``); this module turns them into
 Prometheus families with unit suffixes and small, fixed label sets. Per-request and
-per-batch events are counted locally and flushed once per ``flush()`` (the adapter calls it
-every control period): each metric update is a message to the server process, too dear
-for the per-request path.
+per-batch events are counted locally and published by ``flush()``, which the adapter calls
+once per ``METRICS_PUBLISH_PERIOD_S``: each metric update is a message to the server
+process, too dear for the per-request path, and Prometheus scrapes every 15 s or so.
 
 The families are kept referenced for the model's whole life: a ``Metric`` whose family
 was garbage-collected raises on ``set()``.
@@ -12,38 +12,99 @@ was garbage-collected raises on ``set()``.
 A gauge is set only when its value changed since the last flush (most stay put for
 minutes: zone, period, health).
 
-Latency histograms (``request_duration_seconds``, ``queue_duration_seconds``, per SLA
-class) are counted into their buckets here and published at most once a second as the
-three series of a Prometheus histogram (``_bucket{le}``, ``_sum``, ``_count``, running
-totals): a ``pb_utils`` histogram costs one message to the server per observation (~43 us,
-about three per request: measured with cProfile at the host-bound peak); this costs one
-per changed bucket per publish. The families are gauges that only grow (a counter family
-would be read back as ``<name>_total`` by Prometheus's Python parser); Prometheus's
+The histograms (``batch_size``, ``padding_waste_ratio``, and per SLA class
+``request_duration_seconds`` and ``queue_duration_seconds``) are counted into their buckets
+here (``CountedHistogram``) and published as the three series of a Prometheus histogram
+(``_bucket{le}``, ``_sum``, ``_count``, running totals): a ``pb_utils`` histogram costs one
+message to the server per observation (~43 us); this costs one per changed bucket per
+publish. The families are gauges that only grow (a counter family would be read back as
+``<name>_total`` by Prometheus's Python parser); Prometheus's
 ``histogram_quantile(rate(..._bucket[...]))`` reads them as it reads any histogram. A
-class's series appear with its first request.
+series set appears with its first observation.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMER_NAMES, GAUGES, HISTOGRAMS,
+from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMED_BY, GAUGES, HISTOGRAMS,
                              LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
-                             LATENCY_PUBLISH_PERIOD_S,
-                             PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SIDECAR_DISABLED,
-                             SLA_CLASSES)
-
-
-
+                             PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SLA_CLASSES)
 
 _CLASS_BOUNDS = np.array([bound for bound, _ in SLA_CLASSES])  # sla_class() as searchsorted
 _LATENCY_EDGES = np.array(LATENCY_BUCKETS)  # bisect_left over the bucket bounds
 _BUCKETS = len(LATENCY_BUCKETS) + 1  # the last: +Inf
+
+
+class CountedHistogram:
+    """One Prometheus histogram counted in this process and published as its three series
+    of gauges (see the module docstring). ``extra`` labels (a tuple of pairs) split it
+    into series sets, e.g. one per SLA class. A value falls in the first bucket whose
+    bound is >= it (Prometheus's ``le``)."""
+
+    def __init__(self, family, name: str, text: str, bounds, labels: dict):
+        self._families = {part: family(f"{name}_{part}", text, pb_utils.MetricFamily.GAUGE)
+                          for part in ("bucket", "sum", "count")}
+        self._edges = np.asarray(bounds, dtype=float)
+        self._le = [*(repr(float(b)) for b in bounds), "+Inf"]
+        self._labels = labels
+        self._series: dict[tuple, list] = {}  # (part, extra, le) -> [Metric, running total]
+        self._pending: dict[tuple, list] = {}  # extra -> [count per bucket, sum]
+
+    @property
+    def buckets(self) -> int:
+        """Buckets per series set, +Inf included."""
+        return len(self._le)
+
+    def add(self, values: np.ndarray, extra: tuple = ()) -> None:
+        """Count ``values`` (one observation each)."""
+        buckets = np.searchsorted(self._edges, values, side="left")
+        self.add_counts(np.bincount(buckets, minlength=self.buckets), float(np.sum(values)),
+                        extra)
+
+    def add_counts(self, per_bucket: np.ndarray, total: float, extra: tuple = ()) -> None:
+        """Count observations already sorted into buckets (``per_bucket``, +Inf last)."""
+        pending = self._pending.setdefault(extra, [np.zeros(self.buckets, np.int64), 0.0])
+        pending[0] += per_bucket
+        pending[1] += total
+
+    def publish(self) -> None:
+        """Add what was counted since the last publish to the running totals and set the
+        series that changed; a series set's first publish sets all its buckets, so
+        quantiles see the empty ones too."""
+        pending, self._pending = self._pending, {}
+        for extra, (per_bucket, total) in pending.items():
+            if ("count", extra, None) not in self._series:
+                for le in self._le:
+                    self._get("bucket", extra, le)
+            cumulative = np.cumsum(per_bucket)
+            for le, n in zip(self._le, cumulative):
+                if n:
+                    self._add(self._get("bucket", extra, le), int(n))
+            if cumulative[-1]:
+                self._add(self._get("count", extra), int(cumulative[-1]))
+                self._add(self._get("sum", extra), total)
+
+    @staticmethod
+    def _add(series: list, amount: float) -> None:
+        series[1] += amount
+        series[0].set(series[1])
+
+    def _get(self, part: str, extra: tuple, le: str | None = None) -> list:
+        key = (part, extra, le)
+        series = self._series.get(key)
+        if series is None:
+            labels = {**self._labels, **dict(extra)}
+            if le is not None:
+                labels["le"] = le
+            metric = self._families[part].Metric(labels=labels)
+            metric.set(0.0)
+            series = self._series[key] = [metric, 0.0]
+        return series
 
 
 class ControlMetrics:
@@ -72,55 +133,51 @@ class ControlMetrics:
                           pb_utils.MetricFamily.COUNTER)
         self._rejected = {r: rejected.Metric(labels={**labels, "reason": r})
                           for r in REJECT_REASONS}
-        self._batch_size = family("batch_size", HISTOGRAMS["batch_size"],
-                                  pb_utils.MetricFamily.HISTOGRAM).Metric(
-            labels=labels, buckets=BATCH_SIZE_BUCKETS)
-        self._padding = family("padding_waste_ratio", HISTOGRAMS["padding_waste_ratio"],
-                               pb_utils.MetricFamily.HISTOGRAM).Metric(
-            labels=labels, buckets=PADDING_WASTE_BUCKETS)
+        self._batch_size = CountedHistogram(family, "batch_size", HISTOGRAMS["batch_size"],
+                                            BATCH_SIZE_BUCKETS, labels)
+        self._padding = CountedHistogram(family, "padding_waste_ratio",
+                                         HISTOGRAMS["padding_waste_ratio"],
+                                         PADDING_WASTE_BUCKETS, labels)
         formed = family("formed_batches_total", LABELLED["formed_batches_total"],
                         pb_utils.MetricFamily.COUNTER)
-        self._formed = {f: formed.Metric(labels={**labels, "former": f}) for f in FORMER_NAMES}
+        self._formed = {f: formed.Metric(labels={**labels, "former": f}) for f in FORMED_BY}
         info = family("profile_info", LABELLED["profile_info"], pb_utils.MetricFamily.GAUGE)
         self._profile_info = info.Metric(labels={**labels, "profile": profile,
                                                  "reason": profile_reason})
         self._profile_info.set(1)
-        self._labels = labels
-        self._latency_families = {
-            (name, part): family(f"{name}_{part}", text, pb_utils.MetricFamily.GAUGE)
-            for name, text in LATENCY_HISTOGRAMS.items() for part in ("bucket", "sum", "count")}
-        self._latency = {}  # (family key, sla_class, le) -> [Metric, running total]
-        # (histogram name, sla_class) -> [count per bucket (last: +Inf), sum of seconds]
-        self._latency_counts: dict[tuple[str, str], list] = {}
-        self._last_latency_publish = 0.0
+        self._latency = {name: CountedHistogram(family, name, text, LATENCY_BUCKETS, labels)
+                         for name, text in LATENCY_HISTOGRAMS.items()}  # per SLA class
 
         self._lock = threading.Lock()  # events come from Triton's thread and the loop
         self._pending_sla: Counter = Counter()
         self._pending_rejected: Counter = Counter()
         self._pending_counters: Counter = Counter()
-        self._pending_batches: list[tuple[int, float]] = []
+        self._pending_batches: list[list[int]] = []  # per batch: its members' lengths
         self._pending_formed: Counter = Counter()
-        # per answered batch: (SLA ms, wait s, latency s), one array each
-        self._pending_served: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # per answered batch: (SLAs ms, arrivals s, dispatched s, answered s)
+        self._pending_served: list[tuple[list, list, float, float]] = []
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
         self._gauge_values: dict[str, float] = {}  # the last value set on each gauge
 
     # -- events (cheap: counted locally) -------------------------------------------------
-    def on_served(self, sla_ms: np.ndarray, wait_s: np.ndarray, latency_s: np.ndarray
-                  ) -> None:
-        """One batch answered: per member its SLA (ms), its wait from arrival to dispatch
-        and its latency from arrival to the answer (seconds). Counted per batch, as arrays:
-        the flush sorts them into classes and buckets in one pass."""
+    def on_served(self, sla_ms: list[float], arrivals_s: list[float], dispatched_s: float,
+                  answered_s: float) -> None:
+        """One batch answered: per member its SLA (ms) and arrival, and when the batch was
+        dispatched and answered (seconds, one clock). Kept as it came: the flush makes the
+        waits and latencies and sorts them into classes and buckets in one pass, off the
+        requests' path."""
         with self._lock:
-            self._pending_served.append((sla_ms, wait_s, latency_s))
+            self._pending_served.append((sla_ms, arrivals_s, dispatched_s, answered_s))
 
     def on_rejected(self, reason: str, count: int = 1) -> None:
         with self._lock:
             self._pending_rejected[reason] += count
 
-    def on_batch(self, size: int, padding_waste: float, former: str) -> None:
+    def on_batch(self, lengths: list[int], former: str) -> None:
+        """One batch dispatched: its members' lengths (size and padding waste are taken at
+        the flush) and the former that formed it."""
         with self._lock:
-            self._pending_batches.append((size, padding_waste))
+            self._pending_batches.append(lengths)
             self._pending_formed[former] += 1
 
     def on_event(self, counter: str) -> None:
@@ -162,23 +219,23 @@ class ControlMetrics:
             self._rejected[reason].increment(n)
         for former, n in formed.items():
             self._formed[former].increment(n)
-        for size, waste in batches:
-            self._batch_size.observe(size)
-            self._padding.observe(waste)
+        if batches:
+            self._batch_size.add(np.array([len(b) for b in batches], dtype=float))
+            self._padding.add(np.array([1.0 - sum(b) / (len(b) * max(b)) for b in batches]))
         if served:
             self._count_served(served, sla)
         for key, n in sla.items():
             self._sla[key].increment(n)
-        now = time.monotonic()
-        if now - self._last_latency_publish >= LATENCY_PUBLISH_PERIOD_S:
-            self._last_latency_publish = now
-            self._publish_latency()
+        self._publish_histograms()
 
     def _count_served(self, served: list, sla: Counter) -> None:
         """Sort the answered batches' requests into SLA classes (met or missed, into
         ``sla``) and latency buckets (``_latency_counts``), vectorised."""
-        sla_ms = np.concatenate([b[0] for b in served])
-        latency_s = np.concatenate([b[2] for b in served])
+        sizes = [len(b[0]) for b in served]
+        sla_ms = np.fromiter((s for b in served for s in b[0]), float, sum(sizes))
+        arrivals_s = np.fromiter((a for b in served for a in b[1]), float, sum(sizes))
+        wait_s = np.repeat([b[2] for b in served], sizes) - arrivals_s
+        latency_s = np.repeat([b[3] for b in served], sizes) - arrivals_s
         classes = np.searchsorted(_CLASS_BOUNDS, sla_ms, side="left")
         n_classes = len(SLA_CLASSES)
         in_class = np.bincount(classes, minlength=n_classes)
@@ -190,54 +247,22 @@ class ControlMetrics:
                 sla[(cls, "met")] += int(met[c])
             if in_class[c] > met[c]:
                 sla[(cls, "missed")] += int(in_class[c] - met[c])
-        for name, seconds in (("queue_duration_seconds", np.concatenate([b[1] for b in served])),
+        for name, seconds in (("queue_duration_seconds", wait_s),
                               ("request_duration_seconds", latency_s)):
             buckets = np.searchsorted(_LATENCY_EDGES, seconds, side="left")
             per_cell = np.bincount(classes * _BUCKETS + buckets,
                                    minlength=n_classes * _BUCKETS).reshape(n_classes, _BUCKETS)
             sums = np.bincount(classes, weights=seconds, minlength=n_classes)
             for c in present:
-                counts = self._latency_counts.setdefault((name, SLA_CLASSES[c][1]),
-                                                         [[0] * _BUCKETS, 0.0])
-                counts[0] = [a + int(b) for a, b in zip(counts[0], per_cell[c])]
-                counts[1] += float(sums[c])
+                self._latency[name].add_counts(per_cell[c], float(sums[c]),
+                                               (("sla_class", SLA_CLASSES[c][1]),))
 
-    def _publish_latency(self) -> None:
-        """Add each class's bucket counts since the last publish to its running totals
-        and set the series that changed."""
-        counts, self._latency_counts = self._latency_counts, {}
-        for (name, cls), (per_bucket, total_s) in counts.items():
-            if (name, "count", cls, None) not in self._latency:  # the class's first publish:
-                for bound in (*LATENCY_BUCKETS, "+Inf"):  # every bucket, so quantiles see
-                    self._latency_series(name, "bucket", cls, bound)  # the empty ones too
-            cumulative = 0
-            for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), per_bucket):
-                cumulative += n
-                if cumulative:
-                    self._add(self._latency_series(name, "bucket", cls, bound), cumulative)
-            if cumulative:
-                self._add(self._latency_series(name, "count", cls), cumulative)
-                self._add(self._latency_series(name, "sum", cls), total_s)
-
-    @staticmethod
-    def _add(series: list, amount: float) -> None:
-        series[1] += amount
-        series[0].set(series[1])
-
-    def _latency_series(self, name: str, part: str, cls: str, bound=None) -> list:
-        key = (name, part, cls, bound)
-        series = self._latency.get(key)
-        if series is None:
-            labels = {**self._labels, "sla_class": cls}
-            if bound is not None:
-                labels["le"] = bound if isinstance(bound, str) else repr(float(bound))
-            metric = self._latency_families[(name, part)].Metric(labels=labels)
-            metric.set(0.0)
-            series = self._latency[key] = [metric, 0.0]
-        return series
+    def _publish_histograms(self) -> None:
+        for histogram in (self._batch_size, self._padding, *self._latency.values()):
+            histogram.publish()
 
     def close(self) -> None:
-        """On unload: the profile series must not stay at 1 beside the next load's; the
-        latency counted since the last publish is published."""
+        """On unload: the profile series must not stay at 1 beside the next load's; what
+        was counted since the last publish is published."""
         self._profile_info.set(0)
-        self._publish_latency()
+        self._publish_histograms()

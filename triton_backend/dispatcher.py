@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.cost_model import batch_shape
 from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, refusal_message, wake_time
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
 
 from .control_metrics import ControlMetrics
+from .metric_catalog import AS_HANDED, METRICS_PUBLISH_PERIOD_S
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 from .responder import Responder
 from .responses import embedding_response, error, outputs_response, send
@@ -145,7 +145,7 @@ class Dispatcher:
             for req, reason in decision.rejected:
                 self.answer(req, error(refusal_message(reason),
                                        pb_utils.TritonError.UNAVAILABLE))
-            self._log_zone_change(decision, now)
+            self._log_zone_change(decision.zone, decision.mode, decision.former, now)
             if self.intake.threaded:  # intake hold: its metrics thread publishes instead
                 self.flush_metrics_if_due(now, sidecar_health)
             if decision.batch:
@@ -166,6 +166,43 @@ class Dispatcher:
             if started is not None:  # the batch never finished normally
                 self._batch_finished(batch, started, succeeded=False)
         return now, decision, arrivals_seen
+
+    def run_as_handed(self, batch: list[QueuedRequest]) -> tuple[float, float] | None:
+        """Intake hold's call as one batch, as handed over, where the scheduler says that
+        is the batch it would form anyway (``Scheduler.takes_as_handed``): (when it
+        started, its estimate in ms); None: nothing ran, submit and decide instead. Every
+        member leaves with exactly one answer, as in ``dispatch_once``; a failure of the
+        step is logged and counted (``step_failed``), never raised."""
+        now = time.monotonic()
+        with self.cond:
+            self._perceive(now)
+            estimated_ms = None if self.stopping else self.scheduler.takes_as_handed(now, batch)
+            if estimated_ms is None:
+                return None
+            self.arrivals += len(batch)
+            state = self.scheduler.loop.state
+            dispatched = time.monotonic()
+            self.scheduler.batch_started(batch, dispatched)
+        finished = False
+        try:
+            self._log_zone_change(state.zone, state.mode,
+                                  self.scheduler.formers[state.mode].name, now)
+            batch = self._drop_cancelled(batch, now)
+            if self._loop_fault_token and any(
+                    self._loop_fault_token in r.handle.input_ids for r in batch):
+                raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
+            self._run_batch(batch, dispatched, AS_HANDED)
+            finished = True
+        except Exception:  # its members are answered below (INTERNAL); the call goes on
+            self.step_failed()
+        finally:
+            for r in batch:
+                if not r.handle.answered:
+                    self.answer(r, error("scheduler loop failed while handling this request",
+                                         pb_utils.TritonError.INTERNAL))
+            if not finished:  # the batch never finished normally
+                self._batch_finished(batch, dispatched, succeeded=False)
+        return dispatched, estimated_ms
 
     def answer_queued(self, message: str, code, refused: bool = False) -> None:
         """Take everything still queued out and answer each with the error ``message``
@@ -272,15 +309,13 @@ class Dispatcher:
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
             for r in batch:
                 self.answer(r, error(f"inference failed: {exc}", pb_utils.TritonError.INTERNAL))
-        lengths = [r.seq_len for r in batch]
-        self.metrics.on_batch(len(batch), batch_shape(lengths).padding_waste, former)
+        self.metrics.on_batch([r.seq_len for r in batch], former)
         if succeeded:
             for r, build in zip(batch, builders):
                 self.answer(r, build)
             done = time.monotonic()  # handed to the responder, or returned with the call
-            arrivals = np.fromiter((r.arrival_s for r in batch), float, len(batch))
-            self.metrics.on_served(np.fromiter((r.sla_ms for r in batch), float, len(batch)),
-                                   started - arrivals, done - arrivals)
+            self.metrics.on_served([r.sla_ms for r in batch], [r.arrival_s for r in batch],
+                                   started, done)
         else:
             self.metrics.on_event("batch_failures_total")
         self._batch_finished(batch, started, succeeded)
@@ -302,9 +337,9 @@ class Dispatcher:
 
     # -- metrics and logs -------------------------------------------------------------
     def flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
-        """Publish the control metrics once per control period; a flush already running
-        elsewhere is not waited for."""
-        if now - self._last_flush < self._control_period_s:
+        """Publish the control metrics once per ``METRICS_PUBLISH_PERIOD_S``; a flush
+        already running elsewhere is not waited for."""
+        if now - self._last_flush < METRICS_PUBLISH_PERIOD_S:
             return
         if not self._flush_lock.acquire(blocking=False):
             return
@@ -316,14 +351,14 @@ class Dispatcher:
         finally:
             self._flush_lock.release()
 
-    def _log_zone_change(self, decision, now: float) -> None:
-        zone = (decision.zone, decision.mode, decision.former)
-        if zone != self._last_zone:
-            self._last_zone = zone
+    def _log_zone_change(self, zone: int, mode: str, former: str, now: float) -> None:
+        key = (zone, mode, former)
+        if key != self._last_zone:
+            self._last_zone = key
             s = self.scheduler.stats(now)
             pb_utils.Logger.log_info(
-                f"{self.model_name}: zone={ZONE_NAMES[decision.zone]} mode={decision.mode} "
-                f"former={decision.former} "
+                f"{self.model_name}: zone={ZONE_NAMES[zone]} mode={mode} "
+                f"former={former} "
                 f"score={s.zone_score:.2f} utilization={s.utilization:.2f} "
                 f"queue_depth={s.queue_depth} p99_cv={s.p99_cv:.2f} window_ms={s.window_ms:.2f}")
 

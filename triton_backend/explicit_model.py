@@ -34,7 +34,8 @@ from scheduler_core.scheduler import Scheduler
 from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
 
 from .bls import BLSExecutor, GenericBLSExecutor
-from .control_metrics import SIDECAR_DISABLED, ControlMetrics
+from .control_metrics import ControlMetrics
+from .metric_catalog import SIDECAR_DISABLED
 from .dispatcher import Dispatcher, Pending, reply
 from .executors import EmulatedDevice
 from .intake import make_intake
@@ -303,10 +304,10 @@ class ExplicitModel:
             self._thread_cpu_s["respond"] += seconds
 
     def _metrics_loop(self) -> None:
-        """intake hold: the control metrics are published here, every control period, and
-        not from execute(): a flush (~90 messages to the server for the latency histograms)
-        there was 12 % of execute()'s samples at the closed-loop peak (py-spy), time the
-        call's requests waited for. Touches no request."""
+        """intake hold: perception is applied here every control period, and the control
+        metrics are published here (once per METRICS_PUBLISH_PERIOD_S), not from
+        execute(): a flush is tens of messages to the server, time the call's requests
+        would wait for. Touches no request."""
         while not self._metrics_stop.wait(self._control_period_s):
             try:
                 now = time.monotonic()

@@ -2,6 +2,10 @@
 
     estimate arrival -> decode -> admit -> decide -> run -> answer -> return
 
+A call that is one batch the scheduler would form whole anyway runs as Triton handed it
+over, with no decision (``Scheduler.takes_as_handed``; outside explicit control that is the
+design's flow chart: batch conventionally); any other is submitted and decided as above.
+
 ``HoldDriver.execute(requests)`` is the whole call. It keeps every request Triton's until
 answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
 call's answers as one list: python_backend r24.10 sends a returned list back in one message,
@@ -37,6 +41,7 @@ from scheduler_core.request import QueuedRequest
 
 from .dispatcher import Dispatcher, Pending
 from .intake import HoldIntake
+from .metric_catalog import AS_HANDED
 from .request_decoding import RequestError
 from .responses import built, error, send
 from .timeline import CallRecord, Timeline
@@ -79,9 +84,14 @@ class HoldDriver:
         earliest = self.intake.earliest_arrival(now)
         queued, wakes = self._decode_all(requests, arrival, responses, deadlines, earliest)
         record.decoded_s = self._clock()
-        self.dispatcher.submit(queued, now)
-        min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
-        self._run(requests, responses, deadlines, record, min_sla_ms)
+        as_handed = self.dispatcher.run_as_handed(queued) if queued else None
+        if as_handed is not None:  # one batch, as Triton handed it over
+            started, estimated_ms = as_handed
+            record.batch(len(queued), 0, started, self._clock(), estimated_ms, AS_HANDED)
+        else:
+            self.dispatcher.submit(queued, now)
+            min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
+            self._run(requests, responses, deadlines, record, min_sla_ms)
         done = self._clock()
         self.intake.call_returned(now, done)
         record.wakes = self.last_wakes = wakes

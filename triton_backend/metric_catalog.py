@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import math
 
-from scheduler_core.policy import FORMER_NAMES  # noqa: F401  (formed_batches_total's labels)
+from scheduler_core.policy import FORMER_NAMES
+
+# formed_batches_total's former labels: the formers a profile can name, and intake hold's
+# batch run as Triton handed it over (Dispatcher.run_as_handed).
+AS_HANDED = "as_handed"
+FORMED_BY = (*FORMER_NAMES, AS_HANDED)
 
 PREFIX = "explicit_batching_"
 SLA_CLASSES = ((50.0, "le50ms"), (100.0, "le100ms"), (200.0, "le200ms"), (1000.0, "le1000ms"),
@@ -86,8 +91,7 @@ def all_metric_names() -> list[str]:
     """Every family this plugin exports, with the prefix."""
     return [PREFIX + n for n in (*GAUGES, *COUNTERS, *HISTOGRAMS, *LATENCY_HISTOGRAMS, *LABELLED)]
 
-# Latency histograms: at most one publish a second. Each publish sets every bucket at or
-# above the smallest latency seen (cumulative counts): ~90 messages to the server for two
-# histograms of three classes, which at four a second was most of the plugin's metric cost
-# (py-spy, intake hold at the closed-loop peak). Prometheus scrapes every 15 s or so.
-LATENCY_PUBLISH_PERIOD_S = 1.0
+# The control metrics are published at most once a second (gauges, counters and the
+# histograms alike; see control_metrics.py): every update is a message to the server, and
+# Prometheus scrapes every 15 s or so.
+METRICS_PUBLISH_PERIOD_S = 1.0

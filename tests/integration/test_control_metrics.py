@@ -12,7 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from sidecar.triton_metrics import fetch_url, read_samples
 from tests.eventually import eventually, stays
-from triton_backend.metric_catalog import (COUNTERS, GAUGES, LATENCY_PUBLISH_PERIOD_S, PREFIX,
+from triton_backend.metric_catalog import (COUNTERS, GAUGES, METRICS_PUBLISH_PERIOD_S, PREFIX,
                                           all_metric_names)
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def quiet_scrape(server) -> dict:
     def steady():
         first = scrape(server)
         stays(lambda: _counts(scrape(server)) == _counts(first),
-              LATENCY_PUBLISH_PERIOD_S + 0.2, what="the plugin's counters unchanged")
+              METRICS_PUBLISH_PERIOD_S + 0.2, what="the plugin's counters unchanged")
         return first
     return eventually(steady, what="the plugin's counters settled")
 

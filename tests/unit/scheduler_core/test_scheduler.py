@@ -494,3 +494,109 @@ def test_event_loop_burst_forms_full_batches():
     _, batches, _ = run_event_loop(sched, arrivals, device_cost, 1.0)
     assert [len(b) for _, b in batches] == [16, 16, 16, 16]
     assert [when for when, _ in batches] == pytest.approx([0.0, 0.02, 0.04, 0.06])
+
+
+# -- a hand-over taken as handed (intake hold, outside explicit control) ------------------
+
+from scheduler_core.policy import Mode, decide  # noqa: E402
+from scheduler_core.profile import with_emulation, with_overrides  # noqa: E402
+from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
+
+_PROFILES = "model_repository/emulated_explicit/profiles"
+_FLAT = {"cost_model": {"fixed_ms": 3.9, "per_sequence_ms": 0.0, "per_token_ms": 0.0006,
+                        "per_token_squared_ms": 0.0},
+         "scheduler": {"max_batch_size": 64, "max_batch_tokens": 32768}}
+_CONTROLS = {"shipped": {}, "refuse_late": {"refusal_late_share": 0.2},
+             "margin": {"infeasible_margin_ms": 2.0},
+             "explicit": {"prewarm_utilization": 0.0, "priority_slots": 3},
+             "emergency": {"nml_score": 0.005, "danger_zone_threshold": 0.01},
+             "fifo": {"safe_zone_batching": "fifo", "explicit_former": "fifo"}}
+
+
+def _twin_profile(name: str, cost_mode: str, control: str):
+    base = "t4" if name == "flat" else name
+    profile = with_emulation(load_profile(profile_path(_PROFILES, base)),
+                             {"cost_mode": cost_mode}, "test")
+    return with_overrides(profile, {**(_FLAT if name == "flat" else {}),
+                                    "control": _CONTROLS[control]}, "test")
+
+
+def _played(profile, history, slowdown: float) -> tuple[Scheduler, float]:
+    """A scheduler that ran ``history`` (hand-overs of (lengths, SLAs, waited ms), one
+    every 20 ms, each submitted, decided with flush and run at ``slowdown`` times the
+    estimate): the same state for every call."""
+    s = Scheduler.from_profile(profile)
+    now = 10.0
+    for lengths, slas, waited_ms in history:
+        for k, (n, sla) in enumerate(zip(lengths, slas)):
+            s.submit(QueuedRequest(k, n, now - waited_ms / 1000.0, sla), now)
+        while s.queue_depth:
+            d = decide(s, now, flush=True)
+            if d.batch:
+                s.batch_started(d.batch, now)
+                now += slowdown * d.estimated_ms / 1000.0
+                s.batch_finished(d.batch, now - slowdown * d.estimated_ms / 1000.0, now)
+        now += 0.02
+    return s, now
+
+
+# (lengths, SLAs, waited ms): small quiet hand-overs (most are taken) and any at all.
+hand_over = st.tuples(
+    st.one_of(st.lists(st.integers(1, 64), min_size=1, max_size=8),
+              st.lists(st.integers(1, 512), min_size=1, max_size=70)),
+    st.one_of(st.just([10_000.0] * 70),
+              st.lists(st.sampled_from([5.0, 50.0, 100.0, 200.0, 10_000.0]), min_size=70,
+                       max_size=70)),
+    st.one_of(st.floats(0.0, 5.0), st.floats(0.0, 120.0)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["t4", "a100", "h200_minilm", "flat"]),
+       cost_mode=st.sampled_from(["padded", "ragged"]), control=st.sampled_from(list(_CONTROLS)),
+       history=st.lists(hand_over, max_size=6), call=hand_over,
+       slowdown=st.sampled_from([0.5, 1.0, 3.0]))
+def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
+        name, cost_mode, control, history, call, slowdown):
+    """Twins in the same state: one takes the hand-over as handed, the other submits it
+    and decides with flush (intake hold's explicit path). Wherever the first takes it, the
+    second forms that very batch, whole, refusing none, with the same estimate, and both
+    measure the same late share; where it declines, it queued nothing and counted no
+    arrival."""
+    profile = _twin_profile(name, cost_mode, control)
+    history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
+    taker, now = _played(profile, history, slowdown)
+    decider, _ = _played(profile, history, slowdown)
+    lengths, slas, waited_ms = call
+    batch = [QueuedRequest(1000 + k, n, now - waited_ms / 1000.0, sla)
+             for k, (n, sla) in enumerate(zip(lengths, slas))]
+    arrivals = taker.loop.arrivals.rate_rps(now)
+
+    estimate = taker.takes_as_handed(now, batch)
+
+    for r in batch:
+        decider.submit(r, now)
+    decision = decide(decider, now, flush=True)
+    if estimate is None:
+        assert taker.queue_depth == 0 and taker.loop.arrivals.rate_rps(now) == arrivals
+        return
+    assert decision.mode != Mode.EMERGENCY and not decision.rejected
+    assert sorted(r.request_id for r in decision.batch) == [r.request_id for r in batch]
+    assert estimate == pytest.approx(decision.estimated_ms)
+    assert taker.loop.arrivals.rate_rps(now) == arrivals + len(batch) / taker.loop.arrivals.window_s
+    assert taker.late_share == decider.late_share
+
+
+def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
+    """A fresh scheduler (safe zone): twenty short requests with room to spare are one
+    batch as handed; where that queue depth alone means danger (the emergency policy's
+    small batches) they are left to ``schedule``; so are they with one that the batch
+    would make late."""
+    batch = [QueuedRequest(k, 16, 9.999, 10_000.0) for k in range(20)]
+    shipped = Scheduler.from_profile(_twin_profile("t4", "padded", "shipped"))
+    assert shipped.takes_as_handed(10.0, batch) > 0
+    danger = Scheduler.from_profile(_twin_profile("t4", "padded", "emergency"))
+    assert danger.takes_as_handed(10.0, batch) is None
+    assert danger.mode() == Mode.EMERGENCY
+    late = [*batch, QueuedRequest(9, 16, 9.0, 100.0)]  # waited 1 s of its 100 ms
+    assert Scheduler.from_profile(_twin_profile("t4", "padded", "shipped")).takes_as_handed(
+        10.0, late) is None

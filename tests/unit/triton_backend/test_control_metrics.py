@@ -34,17 +34,18 @@ def test_batches_counted_as_arrays_publish_the_per_request_histograms(pb_utils):
     for _ in range(20):
         n = int(rng.integers(1, 40))
         sla = rng.choice(SLAS_MS, n)
-        wait = rng.exponential(0.05, n)
-        latency = wait + rng.exponential(0.05, n)
-        metrics.on_served(sla, wait, latency)
-        for s, w, lat in zip(sla, wait, latency):
+        dispatched = 100.0 + rng.exponential(0.5)
+        answered = dispatched + rng.exponential(0.05)
+        arrivals = dispatched - rng.exponential(0.05, n)
+        metrics.on_served(sla.tolist(), arrivals.tolist(), dispatched, answered)
+        for s, a in zip(sla, arrivals):
+            w, lat = dispatched - a, answered - a
             cls = sla_class(float(s))
             for name, seconds in (("queue_duration_seconds", w),
                                   ("request_duration_seconds", lat)):
                 expected_buckets[(name, cls, bisect.bisect_left(LATENCY_BUCKETS, seconds))] += 1
                 expected_sum[(name, cls)] += float(seconds)
             expected_sla[(cls, "met" if lat * 1000.0 <= s else "missed")] += 1
-    metrics._last_latency_publish = -1e9  # publish on this flush
     metrics.flush(_Stats(), 1.0)
 
     for (cls, outcome), n in expected_sla.items():
@@ -61,3 +62,32 @@ def test_batches_counted_as_arrays_publish_the_per_request_histograms(pb_utils):
             assert pb_utils.metric_value(PREFIX + name + "_count", sla_class=cls) == cumulative
             assert abs(pb_utils.metric_value(PREFIX + name + "_sum", sla_class=cls)
                        - expected_sum[(name, cls)]) < 1e-9
+
+
+def test_batch_histograms_are_counted_here_and_published_as_prometheus_series(pb_utils):
+    """Batch size and padding waste: one publish carries every batch since the last, as
+    running totals (``_bucket{le}`` cumulative, ``_count``, ``_sum``), and the next adds."""
+    from triton_backend.control_metrics import ControlMetrics
+    from triton_backend.metric_catalog import BATCH_SIZE_BUCKETS
+
+    metrics = ControlMetrics("m", "t4", "test")
+    sizes = [1, 3, 3, 17, 64, 200]
+    for round_ in (1, 2):
+        for size in sizes:
+            metrics.on_batch([4] * (size - 1) + [16], "fifo")  # padding 0.75 (size 1: 0)
+        metrics.flush(_Stats(), 1.0)
+        for bound in (*BATCH_SIZE_BUCKETS, "+Inf"):
+            le = bound if isinstance(bound, str) else repr(float(bound))
+            want = round_ * sum(1 for s in sizes if bound == "+Inf" or s <= bound)
+            assert pb_utils.metric_value(PREFIX + "batch_size_bucket", le=le) == want, le
+        assert pb_utils.metric_value(PREFIX + "batch_size_count") == round_ * len(sizes)
+        assert pb_utils.metric_value(PREFIX + "batch_size_sum") == round_ * sum(sizes)
+        # waste 1 - (4(s-1) + 16) / 16s: 0 for size 1, 0.5 for size 3, then 0.71 to 0.75
+        assert pb_utils.metric_value(PREFIX + "padding_waste_ratio_bucket", le="0.05") \
+            == round_ * 1
+        assert pb_utils.metric_value(PREFIX + "padding_waste_ratio_bucket", le="0.5") \
+            == round_ * 3
+        assert pb_utils.metric_value(PREFIX + "padding_waste_ratio_bucket", le="+Inf") \
+            == round_ * len(sizes)
+        assert pb_utils.metric_value(PREFIX + "formed_batches_total", former="fifo") \
+            == round_ * len(sizes)

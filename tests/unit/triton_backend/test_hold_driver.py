@@ -82,14 +82,16 @@ def test_an_explicit_sla_stays_the_deadline_beside_a_timeout(adapter, pb_utils):
     """SLA 10 s and timeout 80 ms, handed over in time: queued with its SLA (the timeout is
     enforced at hand-over only, as Triton's queue enforces it)."""
     model = adapter.model("hold")
-    seen = []
-    submit = model.dispatcher.submit
-    model.dispatcher.submit = lambda queued, now: (seen.extend(queued), submit(queued, now))
+    seen = {}  # what either path (run as handed, or submitted) was given
+    for name in ("run_as_handed", "submit"):
+        real = getattr(model.dispatcher, name)
+        setattr(model.dispatcher, name, lambda queued, *args, _real=real: (
+            seen.update((q.request_id, q.sla_ms) for q in queued), _real(queued, *args))[1])
     req = pb_utils.FakeRequest([400, 7], sla_ms=SLA_MS, timeout_us=80_000)
 
     returned = model.execute([req])
 
-    assert [q.sla_ms for q in seen] == [SLA_MS]
+    assert list(seen.values()) == [SLA_MS]
     assert pb_utils.error_code(the_answer(pb_utils, req, returned, 0)) is None
 
 
@@ -168,3 +170,51 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
     assert len(refused) + codes.count(None) == len(requests) and refused
     assert "overloaded" in the_answer(pb_utils, requests[refused[0]], returned,
                                       refused[0]).error().message()
+
+
+def test_a_quiet_call_runs_as_handed_and_a_split_one_is_decided(adapter, pb_utils,
+                                                                monkeypatch, tmp_path):
+    """A call the scheduler would run whole is one batch as handed over (the scheduler is
+    not asked for a decision), counted as any batch; one of more than a batch is
+    submitted and decided. Every request has its one answer either way."""
+    monkeypatch.setenv(timeline_module.TIMELINE_ENV, str(tmp_path / "tl"))
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    spy = adapter.spy(model)
+    asked = []
+    schedule = model.scheduler.schedule
+    model.scheduler.schedule = lambda now, flush=False: (asked.append(now),
+                                                         schedule(now, flush))[1]
+    decided = []
+    for requests in (requests_of(pb_utils, 3, first=100), requests_of(pb_utils, 6, first=200)):
+        returned = model.execute(requests)
+        decided.append(len(asked))
+        for i, req in enumerate(requests):
+            assert pb_utils.error_code(the_answer(pb_utils, req, returned, i)) is None
+    adapter.finalize(model)
+
+    records = timeline_module.read(str(tmp_path / "tl" / "emulated_explicit.timeline.jsonl"))
+    assert [[(b[0], b[5]) for b in r["batches"]] for r in records] == [
+        [(3, "as_handed")], [(4, "length_aware"), (2, "length_aware")]]
+    assert decided[0] == 0 and decided[1] >= 2
+    assert len(spy.computed) == 9
+    assert model.scheduler.counts["batches"] == 3 and model.scheduler.counts["requests"] == 9
+
+
+def test_a_step_that_fails_on_the_as_handed_path_fails_its_batch_alone(adapter, pb_utils):
+    """The injected scheduler fault (loop_fault_token) in a call run as handed: its
+    requests are answered INTERNAL in the returned list (execute() does not raise), the
+    step is counted, and the next call is served."""
+    model = adapter.model("hold", loop_fault_token="4242")
+    faulty = [pb_utils.FakeRequest([4242, 7], sla_ms=SLA_MS), *requests_of(pb_utils, 2)]
+
+    returned = model.execute(faulty)
+
+    for i, req in enumerate(faulty):
+        answer = the_answer(pb_utils, req, returned, i)
+        assert pb_utils.error_code(answer) == pb_utils.TritonError.INTERNAL
+        assert "scheduler loop failed" in answer.error().message()
+    assert model.dispatcher.loop_errors == 1
+    fine = requests_of(pb_utils, 2, first=500)
+    returned = model.execute(fine)
+    assert all(pb_utils.error_code(the_answer(pb_utils, r, returned, i)) is None
+               for i, r in enumerate(fine))
