@@ -148,8 +148,11 @@ class HoldDriver:
         while scheduler.queue_depth:
             depth = scheduler.queue_depth
             started = self._clock()
-            if scheduler.overloaded and (started - record.start_s
-                                         + self._mean_batch_s(record)) > budget_s:
+            # From the call's second batch on: its first decision measures the late share
+            # with this hand-over, so a share left by an earlier load (a quiet spell
+            # measures nothing) never refuses a call before it was looked at.
+            if record.batches and scheduler.overloaded and (
+                    started - record.start_s + self._mean_batch_s(record)) > budget_s:
                 self._refuse_rest(record, started, budget_s)
                 break
             try:

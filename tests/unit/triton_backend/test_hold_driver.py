@@ -172,6 +172,21 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
                                       refused[0]).error().message()
 
 
+def test_a_late_share_left_by_an_earlier_load_refuses_nothing_before_a_decision(
+        adapter, pb_utils, monkeypatch):
+    """The overload budget applies from a call's second batch: a call whose first
+    decision serves it whole is served, however overloaded the scheduler still reads."""
+    model = adapter.model("hold", **{"control.overload_call_budget_sla_fraction": "0.01"})
+    monkeypatch.setattr(type(model.scheduler), "overloaded", property(lambda self: True))
+    monkeypatch.setattr(type(model._hold), "_mean_batch_s", staticmethod(lambda record: 10.0))
+    requests = requests_of(pb_utils, 3)
+
+    returned = model.execute(requests)
+
+    for i, req in enumerate(requests):
+        assert pb_utils.error_code(the_answer(pb_utils, req, returned, i)) is None
+
+
 def test_a_quiet_call_runs_as_handed_and_a_split_one_is_decided(adapter, pb_utils,
                                                                 monkeypatch, tmp_path):
     """A call the scheduler would run whole is one batch as handed over (the scheduler is
