@@ -247,7 +247,7 @@ def idle_while_waiting(records: list[dict]) -> dict:
                 wall += max(0.0, gap)
             # native records no hand-over flag: a call that starts within the hand-over
             # bound after the previous return counts as one, as the plugin judges it
-            bound = hand_over_s(r["requests"])
+            bound = hand_over_s(r["requests"], previous["requests"])
             if r.get("handed_over") or (previous and 0 <= gap <= bound):
                 gaps += max(0.0, gap)
         previous = r

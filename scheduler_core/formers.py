@@ -20,6 +20,8 @@ decision into the logs and the metrics.
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.
+* ``shortest_first``: a sustained overload (``control.overload_former``) - of the
+  feasible requests, shortest first, the batch that keeps the most in time.
 
 Pure: every call takes ``now_s``.
 """
@@ -343,7 +345,55 @@ class EmergencyLengthAwareFormer(LengthAwareFormer):
     emergency = True
 
 
-FORMERS = {cls.name: cls for cls in (FifoFormer, LengthAwareFormer, EmergencyLengthAwareFormer)}
+class ShortestFirstFormer(LengthAwareFormer):
+    """A sustained overload (``Scheduler.overloaded``): the batch that keeps the most
+    requests in time, cheapest first.
+
+    Demand exceeds the device, so some requests are refused whatever the order; which
+    ones decides the goodput. The feasible requests are taken shortest first (ascending
+    lengths pad least, so every prefix is the cheapest batch of its size); of the
+    prefixes within the size and padded-token limits, the one whose estimated end keeps
+    the most members in time is formed, less the members it would make late. What is
+    left (the longest, and the hopeless) waits and is refused once its deadline is out of
+    reach, before that deadline; intake hold refuses a call's tail at its budget."""
+
+    name = "shortest_first"
+    emergency = True
+
+    def form(self, queue: EntryQueue, state: ControlState, now_s: float,
+             flush: bool) -> Candidate:
+        cfg, est = self.cfg, self.estimator
+        cap = cfg.max_batch_size
+        _, feasible, top, lengths = urgency_order(queue, now_s, self.control, est.correction,
+                                                  True, 8 * cap, self.small_queue)
+        items = queue.items
+        # (length, urgency rank): shortest first, equal lengths most urgent first.
+        order = sorted((n, rank) for rank, (ok, n) in enumerate(zip(feasible, lengths)) if ok)
+        if not order:  # nothing feasible (serve_late keeps such requests): cheapest anyway
+            order = sorted((n, rank) for rank, n in enumerate(lengths))
+        best, best_met, best_end_s = 1, -1, math.inf
+        real = squared = 0
+        deadlines: list[float] = []
+        for k, (n, rank) in enumerate(order[:cap], 1):
+            if n * k > cfg.max_batch_tokens and k > 1:
+                break
+            real, squared = real + n, squared + n * n
+            deadlines.append(items[top[rank]].deadline_s)
+            end_s = now_s + est.estimate_parts_ms(k, n, real, squared) / 1000.0
+            met = sum(1 for d in deadlines if d >= end_s)
+            if met > best_met:
+                best, best_met, best_end_s = k, met, end_s
+        chosen = [items[top[rank]] for _, rank in order[:best]]
+        members = [e for e in chosen if e.deadline_s >= best_end_s] or chosen[:1]
+        member_lengths = [e.seq_len for e in members]
+        est_ms = est.estimate_parts_ms(len(members), max(member_lengths), sum(member_lengths),
+                                       sum(n * n for n in member_lengths))
+        return Candidate(members, est_ms, True, Reason.FLUSH if flush else Reason.DRAIN,
+                         min(e.deadline_s for e in members))
+
+
+FORMERS = {cls.name: cls for cls in (FifoFormer, LengthAwareFormer, EmergencyLengthAwareFormer,
+                                     ShortestFirstFormer)}
 
 
 def make_former(name: str, cfg: SchedulerConfig, control: ControlConfig,

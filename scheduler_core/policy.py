@@ -125,7 +125,7 @@ def refusal_message(reason: str) -> str:
 
 
 # The batch formers a profile can name (scheduler_core/formers.py registers each).
-FORMER_NAMES = ("fifo", "length_aware", "length_aware_emergency")
+FORMER_NAMES = ("fifo", "length_aware", "length_aware_emergency", "shortest_first")
 
 # The prefix every infeasibility refusal starts with (clients and tests match on it).
 INFEASIBLE = "deadline infeasible"

@@ -154,6 +154,8 @@ class ControlConfig:
     # pre-warmed) and of the emergency policy (danger zone), by name.
     explicit_former: str = "length_aware"
     emergency_former: str = "length_aware_emergency"
+    # ... and of a sustained overload (Scheduler.overloaded, whatever the zone).
+    overload_former: str = "shortest_first"
     # Explicit control starts from this utilisation even while still "safe" (pre-warm).
     prewarm_utilization: float = 0.65
     # Hysteresis: leaving a zone needs the score this far below the entry level, held
@@ -214,6 +216,12 @@ class ControlConfig:
     # 10: calls of ~1 s and refusals at 4x their SLA without the budget, 0.82x with it).
     overload_late_share: float = 0.2
     overload_call_budget_sla_fraction: float = 0.25
+    # ... and keeps doing so until the smoothed share falls below overload_exit_late_share
+    # (hysteresis): a budgeted call refuses its tail, so the next hand-over is young and
+    # reads as on time; without it, budgeted and unbudgeted calls alternated under a
+    # steady 2x overload, and each unbudgeted call ran long enough to make the next
+    # hand-over late before the plugin saw it.
+    overload_exit_late_share: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -433,7 +441,8 @@ def profile_from_mapping(raw: Any, source: str = "<mapping>") -> HardwareProfile
     control = _section(ControlConfig, raw.get("control"), source, "control")
     for key, options in (("entry_mode", ENTRY_MODES), ("infeasible_policy", INFEASIBLE_POLICIES),
                          ("safe_zone_batching", SAFE_ZONE_BATCHING),
-                         ("explicit_former", FORMER_NAMES), ("emergency_former", FORMER_NAMES)):
+                         ("explicit_former", FORMER_NAMES), ("emergency_former", FORMER_NAMES),
+                         ("overload_former", FORMER_NAMES)):
         if getattr(control, key) not in options:
             raise _bad(source, f"control.{key}", getattr(control, key), f"must be one of {options}")
     for indicator in ("utilization", "queue_depth", "p99_cv"):

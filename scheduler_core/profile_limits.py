@@ -55,6 +55,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "refusal_late_share": (0.0, 1.0),
     "refusal_window_ms": (1.0, 600_000.0),
     "overload_late_share": (0.0, 1.0),
+    "overload_exit_late_share": (0.0, 1.0),
     "overload_call_budget_sla_fraction": (0.01, 10.0),
     "budget_s": (0.0, 600.0),
     "cpu_budget_s": (0.0, 600.0),

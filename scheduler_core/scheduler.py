@@ -133,8 +133,10 @@ class Scheduler:
             mode: make_former(name, cfg, ctl, estimator, small_queue)
             for mode, name in ((Mode.DEFAULT, safe), (Mode.EXPLICIT, ctl.explicit_former),
                                (Mode.EMERGENCY, ctl.emergency_former))}
+        self.overload_former = make_former(ctl.overload_former, cfg, ctl, estimator, small_queue)
         # The smoothed share of the queue that the estimate calls late (_measure_late_share).
         self.late_share = 0.0
+        self._overloaded = False  # see ``overloaded``
         self._late_share_at_s = start_s
         self._arrived = False  # a request was queued since the late share was measured
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
@@ -208,7 +210,7 @@ class Scheduler:
         state = self.loop.state
         rejected = self._shed(now_s, now_s)
         mode = state.mode
-        former = self.formers[mode]
+        former = self.overload_former if self._overloaded else self.formers[mode]
         util = state.observation.utilization
         if not self._queue:
             return BatchDecision((), None, Reason.IDLE, state.window_ms, util, 0.0, rejected,
@@ -333,15 +335,20 @@ class Scheduler:
 
     @property
     def overloaded(self) -> bool:
-        """A sustained overload: the smoothed late share at ``overload_late_share`` or above
-        (intake hold then budgets its calls; see ControlConfig)."""
-        return self.late_share >= self.control.overload_late_share
+        """A sustained overload: from when the smoothed late share reaches
+        ``overload_late_share`` until it falls below ``overload_exit_late_share`` (intake
+        hold budgets its calls meanwhile; see ControlConfig)."""
+        return self._overloaded
 
-    def refuse_queued(self) -> list[QueuedRequest]:
+    def refuse_queued(self, now_s: float) -> list[QueuedRequest]:
         """Empty the queue and count its requests as refused (the caller answers each):
-        intake hold's call budget under overload."""
+        intake hold's call budget under overload. They count as late in ``late_share``:
+        demand the device could not carry, so the overload is not taken for over just
+        because the budget kept the next hand-over young."""
         refused = self.drain()
         self.counts["rejected_infeasible"] += len(refused)
+        if refused:
+            self._smooth_late_share(now_s, 1.0)
         return refused
 
     def _measure_late_share(self, now_s: float, late: int, queued: int) -> None:
@@ -351,10 +358,21 @@ class Scheduler:
         if not self._arrived:
             return
         self._arrived = False
+        self._smooth_late_share(now_s, late / queued)
+
+    def _smooth_late_share(self, now_s: float, share: float) -> None:
+        """Move ``late_share`` towards ``share`` (exponentially, over refusal_window_ms)
+        and update the overload state (entered at overload_late_share, left below
+        overload_exit_late_share)."""
         dt = max(0.0, now_s - self._late_share_at_s)
         self._late_share_at_s = now_s
         weight = 1.0 - math.exp(-dt * 1000.0 / self.control.refusal_window_ms)
-        self.late_share += weight * (late / queued - self.late_share)
+        self.late_share += weight * (share - self.late_share)
+        ctl = self.control
+        if self.late_share >= ctl.overload_late_share:
+            self._overloaded = True
+        elif self.late_share < min(ctl.overload_exit_late_share, ctl.overload_late_share):
+            self._overloaded = False
 
     def _refusing_late(self) -> bool:
         """Whether a request late from waiting is refused: once ``late_share`` reaches

@@ -209,7 +209,8 @@ class Dispatcher:
         (``code``); ``refused``: counted as refusals (deadline_infeasible), in the
         scheduler's figures and the metrics."""
         with self.cond:
-            taken = self.scheduler.refuse_queued() if refused else self.scheduler.drain()
+            taken = (self.scheduler.refuse_queued(time.monotonic()) if refused
+                     else self.scheduler.drain())
         if refused and taken:
             self.metrics.on_rejected("deadline_infeasible", len(taken))
         for r in taken:

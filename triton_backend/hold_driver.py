@@ -93,7 +93,7 @@ class HoldDriver:
             min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
             self._run(requests, responses, deadlines, record, min_sla_ms)
         done = self._clock()
-        self.intake.call_returned(now, done)
+        self.intake.call_returned(now, done, len(requests))
         record.wakes = self.last_wakes = wakes
         self.timeline.end(record, done)
         self.dispatcher.maybe_log_stats(done)

@@ -59,7 +59,9 @@ HAND_OVER_S = 0.005
 # req/s, 524 calls): the gap grew ~0.12 ms a request, calls of over 60 requests came 10 ms
 # after the return at the median (up to 44 ms), and with HAND_OVER_S alone most such calls
 # were taken for arrivals after the return: the plugin's histograms then read half the
-# clients' latency at 200 req/s. Twice the measured slope, for slower hosts.
+# clients' latency at 200 req/s. Twice the measured slope, for slower hosts. The previous
+# call's answers count alike: Triton takes a returned list's responses before it hands
+# over again, so after a call that refused a large tail the next one comes later.
 HAND_OVER_PER_REQUEST_S = 0.00025
 # intake: gather. A call parked while a batch runs returns at the latest after this long
 # (a safety bound: normally the batch's end releases it).
@@ -91,7 +93,7 @@ GATHER_GRACE_MAX_S = 0.005
 
 
 def hand_over_arrival(now_s: float, previous: tuple[float, float] | None,
-                      requests: int = 1) -> float:
+                      requests: int = 1, previous_answers: int = 0) -> float:
     """When a call's ``requests`` arrived. They queued in Triton while the previous call
     (intake hold), or its park (intake gather), ran from ``previous[0]`` to
     ``previous[1]``, somewhere in between; the plugin is not told when (Triton 24.10's
@@ -99,22 +101,26 @@ def hand_over_arrival(now_s: float, previous: tuple[float, float] | None,
     latency histograms count that wait. A call that comes later than ``hand_over_s(
     requests)`` after that return found Triton's queue empty then: its requests arrived
     just now."""
-    if handed_over(now_s, previous, requests):
+    if handed_over(now_s, previous, requests, previous_answers):
         return (previous[0] + previous[1]) / 2.0
     return now_s
 
 
-def handed_over(now_s: float, previous: tuple[float, float] | None, requests: int) -> bool:
+def handed_over(now_s: float, previous: tuple[float, float] | None, requests: int,
+                previous_answers: int = 0) -> bool:
     """Whether a call of ``requests`` starting at ``now_s`` carries what queued in Triton
-    during ``previous`` (its start and return): it starts within ``hand_over_s`` of that
-    return."""
-    return previous is not None and now_s - previous[1] <= hand_over_s(requests)
+    during ``previous`` (its start and return, with ``previous_answers`` answers in its
+    returned list): it starts within ``hand_over_s`` of that return."""
+    return previous is not None and now_s - previous[1] <= hand_over_s(
+        requests, previous_answers)
 
 
-def hand_over_s(requests: int) -> float:
+def hand_over_s(requests: int, previous_answers: int = 0) -> float:
     """How long after a return a call of ``requests`` still counts as Triton handing
-    over what queued meanwhile (HAND_OVER_S, HAND_OVER_PER_REQUEST_S)."""
-    return HAND_OVER_S + HAND_OVER_PER_REQUEST_S * max(requests - 1, 0)
+    over what queued meanwhile (HAND_OVER_S, HAND_OVER_PER_REQUEST_S): Triton copies each
+    new request's inputs, and first takes the previous call's returned answers, each
+    costing about as much."""
+    return HAND_OVER_S + HAND_OVER_PER_REQUEST_S * max(requests - 1 + previous_answers, 0)
 
 
 class Intake(Protocol):
@@ -187,9 +193,10 @@ class HoldIntake(_Base):
 
     def __init__(self, *_args, **_kwargs):
         self._previous: tuple[float, float] | None = None  # the last call's (start, return)
+        self._previous_answers = 0  # the answers it returned
 
     def call_arrival(self, now_s: float, requests: int) -> float:
-        return hand_over_arrival(now_s, self._previous, requests)
+        return hand_over_arrival(now_s, self._previous, requests, self._previous_answers)
 
     def admission_arrival(self, now_s: float, requests: int) -> tuple[float, bool]:
         """(the arrival date ``hold_driver`` gives a call's requests, whether they queued
@@ -197,7 +204,7 @@ class HoldIntake(_Base):
         from the previous call's start, the earliest they can have arrived, so a refusal
         never takes a request for younger than it is; a call that starts later than
         ``hand_over_s(requests)`` after the last return found Triton's queue empty then."""
-        if handed_over(now_s, self._previous, requests):
+        if handed_over(now_s, self._previous, requests, self._previous_answers):
             return self._previous[0], True
         return now_s, False
 
@@ -206,8 +213,9 @@ class HoldIntake(_Base):
         call: the previous call's start (now, for the first call)."""
         return now_s if self._previous is None else self._previous[0]
 
-    def call_returned(self, start_s: float, end_s: float) -> None:
+    def call_returned(self, start_s: float, end_s: float, answers: int = 0) -> None:
         self._previous = (start_s, end_s)
+        self._previous_answers = answers
 
 
 class ReleaseIntake(_Base):

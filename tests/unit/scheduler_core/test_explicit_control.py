@@ -487,6 +487,57 @@ def test_late_requests_are_served_late_until_the_overload_is_sustained():
     assert refused and all(rid % 100 != 9 for rid in refused)  # never the one on time
 
 
+def _mostly_late_step(s: Scheduler, now: float, first_id: int) -> None:
+    """Three requests that waited a second (late for 50 ms) and one on time, decided."""
+    submit(s, now, *(req(first_id + k, now - 1.0, sla_ms=50.0) for k in range(3)),
+           req(first_id + 9, now))
+    s.schedule(now)
+    s.drain()
+
+
+def _on_time_step(s: Scheduler, now: float, first_id: int) -> None:
+    submit(s, now, *(req(first_id + k, now) for k in range(4)))
+    s.schedule(now)
+    s.drain()
+
+
+def test_a_sustained_overload_is_left_only_below_the_exit_share():
+    """overload_late_share enters the overload state, overload_exit_late_share leaves it:
+    between the two the state holds, so a budgeted call's young next hand-over does not
+    end it; while it holds, the overload former forms the batches."""
+    s = make(control=ctl(infeasible_policy="reject", overload_late_share=0.5,
+                         overload_exit_late_share=0.1, refusal_window_ms=100.0))
+    now = 0.0
+    while not s.overloaded:
+        now += 0.05
+        _mostly_late_step(s, now, int(now * 1000) * 100)
+        assert now < 2.0, "three of four late never read as an overload"
+    submit(s, now, req(1, now))
+    assert s.schedule(now).former == "shortest_first"
+    s.drain()
+    seen_between = False
+    while s.late_share >= 0.1:
+        now += 0.05
+        _on_time_step(s, now, int(now * 1000) * 100)
+        seen_between |= 0.1 <= s.late_share < 0.5
+        if s.late_share >= 0.1:
+            assert s.overloaded
+    assert seen_between and not s.overloaded
+    submit(s, now + 0.05, req(2, now + 0.05))
+    assert s.schedule(now + 0.05).former != "shortest_first"
+
+
+def test_a_call_budget_refusal_counts_as_late_demand():
+    """refuse_queued (intake hold's call budget) moves the late share towards 1: the
+    demand it refused is load the device did not carry."""
+    s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
+    submit(s, 0.0, *(req(k, 0.0) for k in range(3)))
+    before = s.late_share
+    assert len(s.refuse_queued(0.1)) == 3
+    assert s.late_share > before
+    assert s.refuse_queued(0.2) == [] and s.counts["rejected_infeasible"] == 3
+
+
 def test_a_request_late_even_alone_is_refused_at_any_load():
     """An SLA below the request's own run time cannot be met by waiting less: it is refused
     at once, overload or not."""

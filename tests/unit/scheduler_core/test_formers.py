@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from scheduler_core.control_loop import ControlLoop
 from scheduler_core.cost_model import CostEstimator
@@ -196,3 +196,68 @@ def test_emergency_batches_stay_small_only_where_small_batches_are_faster(table,
     former = make_former("length_aware_emergency", cfg, ctl, est)
     candidate = former.form(queue, ControlLoop(cfg, ctl).state, 0.0, flush=False)
     assert len(candidate.entries) == cap
+
+
+@settings(max_examples=150, deadline=None)
+@given(cm=cost_models, cost_mode=st.sampled_from(["padded", "ragged"]),
+       queued=st.lists(st.tuples(st.integers(1, 512), st.floats(1.0, 2000.0)), min_size=1,
+                       max_size=80),
+       max_batch_size=st.integers(1, 32), max_batch_tokens=st.integers(512, 8192),
+       now_ms=st.floats(0.0, 500.0))
+def test_the_overload_former_keeps_the_most_in_time_of_any_cheapest_prefix(
+        cm, cost_mode, queued, max_batch_size, max_batch_tokens, now_ms):
+    """shortest_first: every member ends in time by the batch's own estimate (unless
+    nothing can), the batch respects the size and padded-token limits, and no batch of
+    the k shortest feasible requests keeps more of its members in time (of a queue within
+    the former's scan: the 8 * max_batch_size most urgent)."""
+    assume(len(queued) <= 8 * max_batch_size)
+    est = CostEstimator(cm, cost_mode)
+    cfg = SchedulerConfig(max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
+    ctl = ControlConfig()
+    queue = EntryQueue()
+    for i, (n, sla_ms) in enumerate(queued):
+        k = max(1, min(max_batch_size, max_batch_tokens // n))
+        queue.append(Entry(QueuedRequest(i, n, 0.0, sla_ms), 0.0,
+                           est.base_parts_ms(1, n, n, n * n),
+                           est.base_parts_ms(k, n, k * n, k * n * n)))
+    now = now_ms / 1000.0
+    candidate = make_former("shortest_first", cfg, ctl, est).form(
+        queue, ControlLoop(cfg, ctl).state, now, flush=True)
+    members = candidate.entries
+    lengths = [e.seq_len for e in members]
+    assert 1 <= len(members) <= max_batch_size
+    assert len(members) == 1 or max(lengths) * len(members) <= max_batch_tokens
+    assert candidate.estimated_ms == est.estimate_ms(lengths)
+    end = now + candidate.estimated_ms / 1000.0
+    in_time = sum(1 for e in members if e.deadline_s >= end)
+    assert in_time == len(members) or in_time == 0
+
+    feasible = sorted((e.seq_len, e.req.request_id) for e in queue
+                      if (e.deadline_s - now) * 1000.0 >= e.efficient_ms)
+    for k in range(1, min(max_batch_size, len(feasible)) + 1):
+        prefix = [queue_by_id(queue, rid) for _, rid in feasible[:k]]
+        if k > 1 and max(e.seq_len for e in prefix) * k > max_batch_tokens:
+            break
+        prefix_end = now + est.estimate_ms([e.seq_len for e in prefix]) / 1000.0
+        assert in_time >= sum(1 for e in prefix if e.deadline_s >= prefix_end)
+
+
+def queue_by_id(queue: EntryQueue, request_id: int) -> Entry:
+    return next(e for e in queue if e.req.request_id == request_id)
+
+
+def test_the_overload_former_takes_short_requests_before_an_urgent_long_one():
+    """Under a sustained overload the cheapest batch wins: eight short requests go
+    before the most urgent, long one, which keeps its own deadline in a later batch
+    only if the estimate says so."""
+    est = CostEstimator(CostModelConfig(fixed_ms=1.0, per_sequence_ms=0.0,
+                                        per_token_ms=0.01, per_token_squared_ms=0.0),
+                        "padded")
+    cfg = SchedulerConfig(max_batch_size=8, max_batch_tokens=8192)
+    s = Scheduler(cfg, est, ControlConfig(overload_late_share=0.0))
+    s.submit(QueuedRequest(0, 512, 0.0, 60.0), 0.0)  # urgent and long
+    for i in range(1, 9):
+        s.submit(QueuedRequest(i, 16, 0.0, 1000.0), 0.0)
+    d = s.schedule(0.001, flush=True)
+    assert d.former == "shortest_first"
+    assert sorted(r.request_id for r in d.batch) == list(range(1, 9))

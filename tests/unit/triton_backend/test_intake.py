@@ -60,6 +60,18 @@ def test_hold_estimates_from_its_own_previous_call():
     assert hold.call_arrival(6.0, 128) == 6.0
 
 
+def test_a_call_after_one_that_returned_many_answers_may_come_later():
+    """Triton takes the previous call's returned answers before it hands over again: 86
+    requests 27 ms after a call that returned 187 answers queued during that call (and
+    are dated from its start for admission), while after a call of 1 they came after it."""
+    after_big, after_small = HoldIntake(), HoldIntake()
+    after_big.call_returned(5.0, 5.2, answers=187)
+    after_small.call_returned(5.0, 5.2, answers=1)
+    assert after_big.admission_arrival(5.227, 86) == (5.0, True)
+    assert after_small.admission_arrival(5.227, 86) == (5.227, False)
+    assert after_big.call_arrival(5.227, 86) == pytest.approx(5.1)
+
+
 def test_release_never_parks_and_takes_arrivals_as_they_come():
     release = ReleaseIntake(*_driver())
     assert release.call_arrival(3.0, 1) == 3.0
