@@ -275,10 +275,12 @@ class LoadGenerator:
 
     def __init__(self, url: str, model: str, *, clients: int = 4, include_sla: bool = True,
                  sla_as_parameter: bool = False, client_timeout_s: float | None = None,
-                 seed: int = 0, switch_interval_s: float | None = None,
+                 sla_as_timeout: bool = False, seed: int = 0, switch_interval_s: float | None = None,
                  drain_clock: Callable[[], float] = time.monotonic):
         """``drain_clock``: what the drain's timeout (and ``drain_s``) is measured on; a
-        test's own clock cuts the drain exactly when it means to."""
+        test's own clock cuts the drain exactly when it means to. ``sla_as_timeout``: each
+        arrival's SLA goes as Triton's own per-request ``timeout`` (microseconds), and no
+        SLA input or parameter is sent."""
         self.url = check_local_url(url)
         self.drain_clock = drain_clock
         self.model = model
@@ -286,6 +288,9 @@ class LoadGenerator:
         self.include_sla = include_sla
         self.sla_as_parameter = sla_as_parameter
         self.client_timeout_s = client_timeout_s
+        self.sla_as_timeout = sla_as_timeout
+        if sla_as_timeout:
+            self.include_sla = False
         self.switch_interval_s = switch_interval_s
         self._rng = np.random.default_rng(seed)
         self._cache: dict[tuple[int, float | None], list] = {}
@@ -390,6 +395,8 @@ class LoadGenerator:
             inputs = self._inputs(grpcclient, a.seq_len, sla)
             params = ({"sla_ms": float(sla)} if self.include_sla and self.sla_as_parameter
                       and sla is not None else None)
+            timeout_us = (int(sla * 1000.0) if self.sla_as_timeout and sla is not None
+                          else None)
             client = clients[i % len(clients)]
             cb = make_callback(i)
             target = t0 + scheduled[i]
@@ -400,7 +407,7 @@ class LoadGenerator:
             sent[i] = now - t0
             try:
                 client.async_infer(self.model, inputs, cb, parameters=params,
-                                   client_timeout=self.client_timeout_s)
+                                   client_timeout=self.client_timeout_s, timeout=timeout_us)
             except Exception as exc:  # the call never left this process
                 send_errors[i] = str(exc)
 

@@ -19,6 +19,9 @@ overload 2x         (``overload``) Poisson arrivals at 0.5x capacity (warm-up, t
                     <= 1.0; stub and server RSS bounded; the queue-depth gauge never above
                     max_queue_size; recovery (per-second p99 of ok latencies back within 1.5x
                     of the baseline p99) within 5 s.
+timeout 2x          (``timeout``) the overload 2x case with each request's SLA sent as
+                    Triton's own per-request ``timeout`` (no SLA input): every answer,
+                    served or refused, by its timeout + 50 ms; the overload case's bounds too.
 burst 3x            (``burst``) 1.4x capacity (warm-up, then the first phase), 12 s at 3x,
                     then 1.4x again. Bounds: lost 0; from 5 s after the burst, ok P50 and
                     attainment (ok within the request's own SLA, of those sent) within
@@ -135,6 +138,7 @@ DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "reliability.md")
 RECOVERY_FACTOR = 1.5  # per-second ok p99 back within this factor of the baseline p99
 RECOVERY_BOUND_S = 5.0
 ERROR_SLA_RATIO_BOUND = 1.0  # p99 of error latency / the request's own SLA
+TIMEOUT_GRACE_MS = 50.0  # case timeout: every answer by its Triton timeout + this
 STUB_RSS_GROWTH_BOUND_MB = 64.0  # overload: what a full 4096-request queue may hold, and more
 SERVER_RSS_GROWTH_BOUND_MB = 256.0
 SOAK_RSS_GROWTH_BOUND = 0.05
@@ -485,7 +489,9 @@ def _rejection_timing(result: LoadResult) -> tuple[str, float | None]:
     return text, percentile(ratios, 99)
 
 
-def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
+def run_overload(ctx: Context, model: str, name: str, sla_as_timeout: bool = False
+                 ) -> CaseResult:
+    """``sla_as_timeout``: each request's SLA goes as Triton's own ``timeout`` instead."""
     quick = ctx.quick
     # warm-up (not measured: the controller starts cold), baseline, overload, recovery
     warm_s, baseline_s, overload_s, recovery_s = ((3.0, 5.0, 6.0, 6.0) if quick
@@ -504,7 +510,7 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
     stub = ctx.stubs.get(model)
     gen = LoadGenerator(ctx.server.grpc_url, model, clients=4, include_sla=explicit,
                         client_timeout_s=None if explicit else NATIVE_CLIENT_TIMEOUT_S,
-                        seed=SEED)
+                        sla_as_timeout=sla_as_timeout, seed=SEED)
     drain = 30.0 if explicit else NATIVE_CLIENT_TIMEOUT_S + 20.0
     with ResourceMonitor(ctx.server, stub, model) as mon:
         result = gen.run(arrivals, max_duration_s=t_end, drain_timeout_s=drain,
@@ -531,6 +537,12 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
     timing, ratio_p99 = _rejection_timing(result)
     if timing:
         notes.append(timing)
+    if sla_as_timeout:
+        past = _past_timeout(result)
+        notes.append(past[0])
+        if past[1]:
+            missed_time_bound(ctx, case, f"{past[1]} answers later than their timeout + "
+                              f"{TIMEOUT_GRACE_MS:g} ms")
     if explicit:
         bad_codes = {c: n for c, n in result.errors_by_code.items() if c != "UNAVAILABLE"}
         if bad_codes:
@@ -605,6 +617,26 @@ def run_overload(ctx: Context, model: str, name: str) -> CaseResult:
 
 def case_overload(ctx: Context) -> CaseResult:
     return run_overload(ctx, EXPLICIT, "overload 2x")
+
+
+def _past_timeout(result: LoadResult) -> tuple[str, int]:
+    """(a note, how many answers came after their Triton ``timeout`` + TIMEOUT_GRACE_MS):
+    every answer counts, served or refused."""
+    answered = [r for r in result.records if r.sla_ms and r.latency_ms is not None
+                and r.outcome not in ("LOST", "SEND_FAILED")]
+    over = [r.latency_ms - r.sla_ms for r in answered]
+    late = sum(1 for x in over if x > TIMEOUT_GRACE_MS)
+    return (f"answers after timeout T + {TIMEOUT_GRACE_MS:g} ms: {late} of {len(answered)}"
+            + (f"; latency - T p99 {percentile(over, 99):.0f} ms, max {max(over):.0f} ms"
+               if over else ""), late)
+
+
+def case_timeout(ctx: Context) -> CaseResult:
+    """The 2x overload with each SLA sent as Triton's ``timeout`` (no SLA input): the
+    plugin enforces the timeout itself (Triton's queue would only under a queue policy,
+    which turns its prefetch off), so every answer must come by T + TIMEOUT_GRACE_MS."""
+    return run_overload(ctx, EXPLICIT, "overload 2x, SLA as Triton timeout",
+                        sla_as_timeout=True)
 
 
 # The burst case (issue "The shipped default at native's speed", item 5): a phase at
@@ -1376,7 +1408,7 @@ def stop_case(server: TritonServer, name: str, expected: str = "") -> CaseResult
     return case
 
 
-CASES = {"overload": case_overload, "burst": case_burst, "soak": case_soak,
+CASES = {"overload": case_overload, "timeout": case_timeout, "burst": case_burst, "soak": case_soak,
          "native": case_native_overload,
          "kill-hold": case_kill_hold, "kill-release": case_kill_release,
          "hostile": case_hostile, "drip": case_drip, "stall": case_stall}

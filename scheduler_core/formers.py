@@ -352,7 +352,9 @@ class ShortestFirstFormer(LengthAwareFormer):
     Demand exceeds the device, so some requests are refused whatever the order; which
     ones decides the goodput. The feasible requests are taken shortest first (ascending
     lengths pad least, so every prefix is the cheapest batch of its size); of the
-    prefixes within the size and padded-token limits, the one whose estimated end keeps
+    prefixes within the size and padded-token limits, and within
+    ``overload_call_budget_sla_fraction`` of the tightest SLA seen (what arrives while a
+    batch runs must still make its deadline after it), the one whose estimated end keeps
     the most members in time is formed, less the members it would make late. What is
     left (the longest, and the hopeless) waits and is refused once its deadline is out of
     reach, before that deadline; intake hold refuses a call's tail at its budget."""
@@ -371,6 +373,8 @@ class ShortestFirstFormer(LengthAwareFormer):
         order = sorted((n, rank) for rank, (ok, n) in enumerate(zip(feasible, lengths)) if ok)
         if not order:  # nothing feasible (serve_late keeps such requests): cheapest anyway
             order = sorted((n, rank) for rank, n in enumerate(lengths))
+        cap_ms = (self.control.overload_call_budget_sla_fraction * state.tightest_sla_ms
+                   if state.tightest_sla_ms else math.inf)
         best, best_met, best_end_s = 1, -1, math.inf
         real = squared = 0
         deadlines: list[float] = []
@@ -379,7 +383,10 @@ class ShortestFirstFormer(LengthAwareFormer):
                 break
             real, squared = real + n, squared + n * n
             deadlines.append(items[top[rank]].deadline_s)
-            end_s = now_s + est.estimate_parts_ms(k, n, real, squared) / 1000.0
+            batch_ms = est.estimate_parts_ms(k, n, real, squared)
+            if batch_ms > cap_ms and k > 1:
+                break
+            end_s = now_s + batch_ms / 1000.0
             met = sum(1 for d in deadlines if d >= end_s)
             if met > best_met:
                 best, best_met, best_end_s = k, met, end_s

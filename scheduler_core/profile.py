@@ -154,7 +154,8 @@ class ControlConfig:
     # pre-warmed) and of the emergency policy (danger zone), by name.
     explicit_former: str = "length_aware"
     emergency_former: str = "length_aware_emergency"
-    # ... and of a sustained overload (Scheduler.overloaded, whatever the zone).
+    # ... and of a sustained overload (Scheduler.overloaded, whatever the zone); its
+    # batches also keep within overload_call_budget_sla_fraction of the tightest SLA.
     overload_former: str = "shortest_first"
     # Explicit control starts from this utilisation even while still "safe" (pre-warm).
     prewarm_utilization: float = 0.65
@@ -221,7 +222,7 @@ class ControlConfig:
     # reads as on time; without it, budgeted and unbudgeted calls alternated under a
     # steady 2x overload, and each unbudgeted call ran long enough to make the next
     # hand-over late before the plugin saw it.
-    overload_exit_late_share: float = 0.05
+    overload_exit_late_share: float = 0.1
 
 
 @dataclass(frozen=True)

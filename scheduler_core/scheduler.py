@@ -340,15 +340,17 @@ class Scheduler:
         hold budgets its calls meanwhile; see ControlConfig)."""
         return self._overloaded
 
-    def refuse_queued(self, now_s: float) -> list[QueuedRequest]:
+    def refuse_queued(self, now_s: float, call_size: int = 0) -> list[QueuedRequest]:
         """Empty the queue and count its requests as refused (the caller answers each):
-        intake hold's call budget under overload. They count as late in ``late_share``:
-        demand the device could not carry, so the overload is not taken for over just
-        because the budget kept the next hand-over young."""
+        intake hold's call budget under overload. With the ``call_size`` they came in, the
+        share refused counts as late in ``late_share``: demand the device did not carry.
+        A budgeted call keeps the next hand-over young, so the hand-overs alone read a
+        steady overload as over every few calls; a call that refuses little (a short
+        clump) moves the share little, so the state still ends once the load falls."""
         refused = self.drain()
         self.counts["rejected_infeasible"] += len(refused)
-        if refused:
-            self._smooth_late_share(now_s, 1.0)
+        if refused and call_size:
+            self._smooth_late_share(now_s, min(1.0, len(refused) / call_size))
         return refused
 
     def _measure_late_share(self, now_s: float, late: int, queued: int) -> None:

@@ -204,12 +204,14 @@ class Dispatcher:
                 self._batch_finished(batch, dispatched, succeeded=False)
         return dispatched, estimated_ms
 
-    def answer_queued(self, message: str, code, refused: bool = False) -> None:
+    def answer_queued(self, message: str, code, refused: bool = False,
+                      call_size: int = 0) -> None:
         """Take everything still queued out and answer each with the error ``message``
         (``code``); ``refused``: counted as refusals (deadline_infeasible), in the
-        scheduler's figures and the metrics."""
+        scheduler's figures and the metrics (and, with the ``call_size`` they came in, in
+        its late share: ``Scheduler.refuse_queued``)."""
         with self.cond:
-            taken = (self.scheduler.refuse_queued(time.monotonic()) if refused
+            taken = (self.scheduler.refuse_queued(time.monotonic(), call_size) if refused
                      else self.scheduler.drain())
         if refused and taken:
             self.metrics.on_rejected("deadline_infeasible", len(taken))

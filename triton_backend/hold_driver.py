@@ -23,7 +23,8 @@ Invariants:
   so the refusal rule never thinks a request younger than it is;
 * a request whose client ``timeout`` has already passed at hand-over is refused at once,
   naming it (Triton's queue enforces timeouts only under a queue policy, which would turn
-  its prefetch off); one handed over in time keeps its SLA as its deadline.
+  its prefetch off); one handed over in time has the shorter of its SLA and its
+  timeout as its deadline (``request_decoding.decode_sla``).
 
 Every call leaves one ``CallRecord`` on the ``Timeline`` (what the call did and how long
 each part took); ``timeline.py`` writes it out for ``scripts/host_ledger.py``.
@@ -153,7 +154,7 @@ class HoldDriver:
             # measures nothing) never refuses a call before it was looked at.
             if record.batches and scheduler.overloaded and (
                     started - record.start_s + self._mean_batch_s(record)) > budget_s:
-                self._refuse_rest(record, started, budget_s)
+                self._refuse_rest(record, started, budget_s, len(requests))
                 break
             try:
                 _, decision, _ = dispatcher.dispatch_once(flush=True)
@@ -171,7 +172,8 @@ class HoldDriver:
                 self._send_late_ones(requests, responses, deadlines, record, ended,
                                      self._remaining_s(record, left))
 
-    def _refuse_rest(self, record: CallRecord, now: float, budget_s: float) -> None:
+    def _refuse_rest(self, record: CallRecord, now: float, budget_s: float,
+                     call_size: int) -> None:
         """Under a sustained overload the call has used its budget: refuse what is left,
         now, in the returned list (see ControlConfig.overload_call_budget_sla_fraction)."""
         left = self.dispatcher.scheduler.queue_depth
@@ -179,7 +181,7 @@ class HoldDriver:
             f"overloaded: this execute() call used its budget of {budget_s * 1000.0:.1f} ms "
             "(a share of the smallest SLA it carried) while the queue is mostly late; "
             "refused at hand-over, before its deadline", pb_utils.TritonError.UNAVAILABLE,
-            refused=True)
+            refused=True, call_size=call_size)
         record.batch(0, left, now, now, 0.0, "budget")
 
     @staticmethod

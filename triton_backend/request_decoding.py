@@ -90,8 +90,9 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
     optional SLA_MS tensor; ``parameters`` the request parameters. When both SLA_MS and
     the ``sla_ms`` parameter are given and disagree, the request is rejected: a silent
     winner would hide a client bug. ``timeout_us`` is Triton's own per-request ``timeout``
-    (microseconds, 0 = none): the SLA when neither SLA_MS nor ``sla_ms`` gives one (capped
-    at ``MAX_SLA_MS``; a client's timeout is a bound it set, not a typo).
+    (microseconds, 0 = none): the SLA when neither SLA_MS nor ``sla_ms`` gives one, or a
+    shorter one than they give (capped at ``MAX_SLA_MS``; a client's timeout is a bound it
+    set, not a typo, and an answer after it reaches nobody).
     """
     if input_ids is None:
         raise RequestError("missing required input INPUT_IDS")
@@ -113,8 +114,8 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
                timeout_us: int = 0) -> float | None:
     """A request's SLA in ms: the SLA_MS input, or the ``sla_ms`` parameter (both: they
-    must agree), or Triton's ``timeout`` (microseconds; capped at ``MAX_SLA_MS``); None:
-    the profile's default."""
+    must agree), or Triton's ``timeout`` (microseconds; capped at ``MAX_SLA_MS``) where
+    none is given or the timeout is shorter; None: the profile's default."""
     sla_ms = None
     if sla_input is not None:
         if sla_input.size != 1:
@@ -128,6 +129,7 @@ def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
             raise RequestError(
                 f"SLA_MS input ({sla_ms:g}) and parameter sla_ms ({param:g}) disagree; send one")
         sla_ms = param
-    if sla_ms is None and timeout_us > 0:
-        sla_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
+    if timeout_us > 0:
+        timeout_ms = min(timeout_us / 1000.0, MAX_SLA_MS)
+        sla_ms = timeout_ms if sla_ms is None else min(sla_ms, timeout_ms)
     return sla_ms

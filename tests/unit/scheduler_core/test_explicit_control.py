@@ -527,17 +527,6 @@ def test_a_sustained_overload_is_left_only_below_the_exit_share():
     assert s.schedule(now + 0.05).former != "shortest_first"
 
 
-def test_a_call_budget_refusal_counts_as_late_demand():
-    """refuse_queued (intake hold's call budget) moves the late share towards 1: the
-    demand it refused is load the device did not carry."""
-    s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
-    submit(s, 0.0, *(req(k, 0.0) for k in range(3)))
-    before = s.late_share
-    assert len(s.refuse_queued(0.1)) == 3
-    assert s.late_share > before
-    assert s.refuse_queued(0.2) == [] and s.counts["rejected_infeasible"] == 3
-
-
 def test_a_request_late_even_alone_is_refused_at_any_load():
     """An SLA below the request's own run time cannot be met by waiting less: it is refused
     at once, overload or not."""

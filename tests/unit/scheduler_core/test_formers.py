@@ -261,3 +261,24 @@ def test_the_overload_former_takes_short_requests_before_an_urgent_long_one():
     d = s.schedule(0.001, flush=True)
     assert d.former == "shortest_first"
     assert sorted(r.request_id for r in d.batch) == list(range(1, 9))
+
+
+def test_the_overload_former_keeps_a_batch_within_the_call_budget_of_the_tightest_sla():
+    """What arrives while an overload batch runs must still make its deadline after it:
+    the batch stops where its estimate passes overload_call_budget_sla_fraction of the
+    tightest SLA seen (0.25 x 8 ms = 2 ms: six sequences of 16 tokens at 1 ms + 0.01 ms a
+    token)."""
+    est = CostEstimator(CostModelConfig(fixed_ms=1.0, per_sequence_ms=0.0,
+                                        per_token_ms=0.01, per_token_squared_ms=0.0),
+                        "padded")
+    cfg, ctl = SchedulerConfig(max_batch_size=32), ControlConfig()
+    queue = EntryQueue()
+    for i in range(16):
+        queue.append(Entry(QueuedRequest(i, 16, 0.0, 1000.0), 0.0,
+                           est.base_parts_ms(1, 16, 16, 256), est.base_parts_ms(16, 16, 256,
+                                                                               4096)))
+    state = replace(ControlLoop(cfg, ctl).state, tightest_sla_ms=8.0)
+    former = make_former("shortest_first", cfg, ctl, est)
+    assert len(former.form(queue, state, 0.0, flush=True).entries) == 6
+    assert len(former.form(queue, replace(state, tightest_sla_ms=None), 0.0,
+                           flush=True).entries) == 16

@@ -237,12 +237,15 @@ def test_the_request_timeout_is_the_sla_when_none_is_given():
     assert decode_request(ids, None, {}, MAX_LEN, VOCAB, timeout_us=0).sla_ms is None
 
 
-def test_an_explicit_sla_wins_over_the_timeout():
+def test_the_shorter_of_an_explicit_sla_and_the_timeout_is_the_deadline():
+    """An answer after the client's timeout reaches nobody; one before its SLA is on time."""
     ids = np.array([[5, 6]], dtype=np.int64)
     sla = np.array([[40.0]], dtype=np.float32)
     assert decode_request(ids, sla, {}, MAX_LEN, VOCAB, timeout_us=900_000).sla_ms == 40.0
     assert decode_request(ids, None, {"sla_ms": 75}, MAX_LEN, VOCAB,
                           timeout_us=900_000).sla_ms == 75.0
+    assert decode_request(ids, np.array([[400.0]], dtype=np.float32), {}, MAX_LEN, VOCAB,
+                          timeout_us=250_000).sla_ms == 250.0
 
 
 def test_a_timeout_beyond_an_hour_is_capped():
