@@ -527,6 +527,20 @@ def test_a_sustained_overload_is_left_only_below_the_exit_share():
     assert s.schedule(now + 0.05).former != "shortest_first"
 
 
+def test_a_call_budget_refusal_counts_its_refused_share_as_late():
+    """refuse_queued with the call's size moves the late share towards the share refused:
+    a call that refused most of its hand-over keeps a steady overload on; one that refused
+    a small tail moves it little; without a call size (not a budget) it does not move."""
+    shares = {}
+    for call_size in (4, 40, 0):
+        s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
+        submit(s, 0.0, *(req(k, 0.0) for k in range(3)))
+        assert len(s.refuse_queued(0.1, call_size)) == 3
+        shares[call_size] = s.late_share
+    assert shares[4] > shares[40] > shares[0] == 0.0
+    assert shares[4] == pytest.approx((1 - math.exp(-1.0)) * 0.75)
+
+
 def test_a_request_late_even_alone_is_refused_at_any_load():
     """An SLA below the request's own run time cannot be met by waiting less: it is refused
     at once, overload or not."""
