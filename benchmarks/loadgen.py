@@ -275,7 +275,8 @@ class LoadGenerator:
 
     def __init__(self, url: str, model: str, *, clients: int = 4, include_sla: bool = True,
                  sla_as_parameter: bool = False, client_timeout_s: float | None = None,
-                 sla_as_timeout: bool = False, seed: int = 0, switch_interval_s: float | None = None,
+                 sla_as_timeout: bool = False, seed: int = 0,
+                 switch_interval_s: float | None = None,
                  drain_clock: Callable[[], float] = time.monotonic):
         """``drain_clock``: what the drain's timeout (and ``drain_s``) is measured on; a
         test's own clock cuts the drain exactly when it means to. ``sla_as_timeout``: each

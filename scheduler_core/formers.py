@@ -360,7 +360,6 @@ class ShortestFirstFormer(LengthAwareFormer):
     reach, before that deadline; intake hold refuses a call's tail at its budget."""
 
     name = "shortest_first"
-    emergency = True
 
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
@@ -392,10 +391,8 @@ class ShortestFirstFormer(LengthAwareFormer):
                 best, best_met, best_end_s = k, met, end_s
         chosen = [items[top[rank]] for _, rank in order[:best]]
         members = [e for e in chosen if e.deadline_s >= best_end_s] or chosen[:1]
-        member_lengths = [e.seq_len for e in members]
-        est_ms = est.estimate_parts_ms(len(members), max(member_lengths), sum(member_lengths),
-                                       sum(n * n for n in member_lengths))
-        return Candidate(members, est_ms, True, Reason.FLUSH if flush else Reason.DRAIN,
+        return Candidate(members, self._lengths_ms([e.seq_len for e in members]), True,
+                         Reason.FLUSH if flush else Reason.DRAIN,
                          min(e.deadline_s for e in members))
 
 
