@@ -215,6 +215,8 @@ class ControlConfig:
     # call waits, unseen, in Triton's queue until the call returns, so a long call makes
     # the next one's requests late before the plugin sees them (overload 2x, time scale
     # 10: calls of ~1 s and refusals at 4x their SLA without the budget, 0.82x with it).
+    # A call past that budget whose refusals reach overload_exit_late_share of what it
+    # decided enters the state at once (Scheduler.call_overran).
     overload_late_share: float = 0.2
     overload_call_budget_sla_fraction: float = 0.25
     # ... and keeps doing so until the smoothed share falls below overload_exit_late_share

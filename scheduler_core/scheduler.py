@@ -139,6 +139,7 @@ class Scheduler:
         self._overloaded = False  # see ``overloaded``
         self._late_share_at_s = start_s
         self._arrived = False  # a request was queued since the late share was measured
+        self._expired = 0  # hand-over_expired's requests, for the next measurement
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
                        "emergency_batches": 0, "compensation_batches": 0,
                        "explicit_batches": 0}
@@ -353,14 +354,45 @@ class Scheduler:
             self._smooth_late_share(now_s, min(1.0, len(refused) / call_size))
         return refused
 
+    def hand_over_expired(self, now_s: float, count: int, queued: int) -> None:
+        """``count`` requests of a hand-over whose client timeout passed in Triton's queue,
+        refused by the caller before they were queued: demand that came too late, so they
+        count as late in that hand-over's late-share measurement, as a request the
+        estimate calls late does (at its first decision; at once where none of the
+        hand-over was queued, ``queued`` 0). Uncounted, a timeout shorter than the SLA
+        hides the overload from the late share until the calls run long."""
+        if count <= 0:
+            return
+        self._expired += count
+        self._arrived = True
+        if not queued:
+            self._measure_late_share(now_s, 0, 0)
+
     def _measure_late_share(self, now_s: float, late: int, queued: int) -> None:
-        """Smooth ``late`` (of the ``queued`` requests, by the estimate, now) into
-        ``late_share``: at the first decision after arrivals, so a call's hand-over counts
-        once, not again as the queue drains."""
+        """Smooth ``late`` (of the ``queued`` requests, by the estimate, now; with the
+        hand-over's expired ones) into ``late_share``: at the first decision after
+        arrivals, so a call's hand-over counts once, not again as the queue drains."""
         if not self._arrived:
             return
         self._arrived = False
+        late, queued, self._expired = late + self._expired, queued + self._expired, 0
         self._smooth_late_share(now_s, late / queued)
+
+    def call_overran(self, refused: int, handled: int) -> None:
+        """Intake hold: a call has run past its overload budget (a share of the smallest
+        SLA it carries) and refused ``refused`` of the ``handled`` requests it decided so
+        far. At overload_exit_late_share or more, the call is an overload on its own: the
+        state is entered at once, held at that share, and the call keeps its budget. What
+        arrives during a call waits, unseen, in Triton's queue until it returns; at an
+        overload's onset the smoothed share moves a call too late, and one unbudgeted
+        call runs long enough to make the next hand-over late before the plugin sees it
+        (docs/reliability.md, the overload's onset)."""
+        share = refused / handled if handled else 0.0
+        ctl = self.control
+        if not self._overloaded and share >= min(ctl.overload_exit_late_share,
+                                                 ctl.overload_late_share):
+            self._overloaded = True
+            self.late_share = max(self.late_share, share)
 
     def _smooth_late_share(self, now_s: float, share: float) -> None:
         """Move ``late_share`` towards ``share`` (exponentially, over refusal_window_ms)

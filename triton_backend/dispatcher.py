@@ -204,6 +204,18 @@ class Dispatcher:
                 self._batch_finished(batch, dispatched, succeeded=False)
         return dispatched, estimated_ms
 
+    def hand_over_expired(self, count: int, queued: int) -> None:
+        """A hand-over's requests refused because their client timeout passed in
+        Triton's queue: late, for the scheduler's late share
+        (``Scheduler.hand_over_expired``)."""
+        with self.cond:
+            self.scheduler.hand_over_expired(time.monotonic(), count, queued)
+
+    def call_overran(self, refused: int, handled: int) -> None:
+        """Intake hold's call is past its overload budget (``Scheduler.call_overran``)."""
+        with self.cond:
+            self.scheduler.call_overran(refused, handled)
+
     def answer_queued(self, message: str, code, refused: bool = False,
                       call_size: int = 0) -> None:
         """Take everything still queued out and answer each with the error ``message``

@@ -83,8 +83,11 @@ class HoldDriver:
         responses: list = [None] * len(requests)
         deadlines = [math.inf] * len(requests)
         earliest = self.intake.earliest_arrival(now)
-        queued, wakes = self._decode_all(requests, arrival, responses, deadlines, earliest)
+        queued, wakes, expired = self._decode_all(requests, arrival, responses, deadlines,
+                                                  earliest)
         record.decoded_s = self._clock()
+        if expired:
+            self.dispatcher.hand_over_expired(expired, len(queued))
         as_handed = self.dispatcher.run_as_handed(queued) if queued else None
         if as_handed is not None:  # one batch, as Triton handed it over
             started, estimated_ms = as_handed
@@ -101,11 +104,12 @@ class HoldDriver:
         return [None if r is _SENT else built(r) for r in responses]
 
     def _decode_all(self, requests, arrival: float, responses: list, deadlines: list,
-                    earliest: float) -> tuple[list[QueuedRequest], int]:
-        """The call's valid requests as queued requests; an invalid one is answered
-        INVALID_ARG into its slot, and one whose client timeout has passed UNAVAILABLE."""
+                    earliest: float) -> tuple[list[QueuedRequest], int, int]:
+        """The call's valid requests as queued requests, its wake requests and its expired
+        ones: an invalid one is answered INVALID_ARG into its slot, and one whose client
+        timeout has passed (expired) UNAVAILABLE."""
         queued: list[QueuedRequest] = []
-        wakes = 0
+        wakes = expired = 0
         now = self._clock()
         for i, request in enumerate(requests):
             handle = Pending(request, None, None, responses=responses, slot=i,
@@ -124,6 +128,7 @@ class HoldDriver:
             timeout_ms = decoded.timeout_ms
             if timeout_ms and now - arrival >= timeout_ms / 1000.0:
                 self.dispatcher.metrics.on_rejected("timed_out")
+                expired += 1
                 responses[i] = error(
                     f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
                     f"waited in Triton's queue (waited at least "
@@ -135,14 +140,14 @@ class HoldDriver:
             self._next_id += 1
             queued.append(QueuedRequest(self._next_id, int(decoded.input_ids.size),
                                         arrival, sla_ms, handle))
-        return queued, wakes
+        return queued, wakes, expired
 
     def _run(self, requests, responses: list, deadlines: list, record: CallRecord,
              min_sla_ms: float) -> None:
         """Decide and run until the call's requests are all answered; between batches,
         send early only what the call's end would make late. Under a sustained overload
         the call keeps a budget of a share of ``min_sla_ms`` (the smallest SLA it
-        carries)."""
+        carries); a call past it that refuses enough is one (``Scheduler.call_overran``)."""
         dispatcher = self.dispatcher
         scheduler = dispatcher.scheduler
         budget_s = scheduler.control.overload_call_budget_sla_fraction * min_sla_ms / 1000.0
@@ -152,10 +157,14 @@ class HoldDriver:
             # From the call's second batch on: its first decision measures the late share
             # with this hand-over, so a share left by an earlier load (a quiet spell
             # measures nothing) never refuses a call before it was looked at.
-            if record.batches and scheduler.overloaded and (
+            if record.batches and (
                     started - record.start_s + self._mean_batch_s(record)) > budget_s:
-                self._refuse_rest(record, started, budget_s, len(requests))
-                break
+                if not scheduler.overloaded:  # an overload's onset, maybe: its refusals say
+                    dispatcher.call_overran(sum(b[1] for b in record.batches),
+                                            sum(b[0] + b[1] for b in record.batches))
+                if scheduler.overloaded:
+                    self._refuse_rest(record, started, budget_s, len(requests))
+                    break
             try:
                 _, decision, _ = dispatcher.dispatch_once(flush=True)
             except Exception:  # its requests were answered (INTERNAL); serve the rest

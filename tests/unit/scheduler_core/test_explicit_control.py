@@ -527,6 +527,20 @@ def test_a_sustained_overload_is_left_only_below_the_exit_share():
     assert s.schedule(now + 0.05).former != "shortest_first"
 
 
+def test_a_call_past_its_budget_that_refuses_enough_is_an_overload_at_once():
+    """call_overran: refusals at overload_exit_late_share of what the call decided enter
+    the overload state at once, held at that share, however little the smoothed share
+    has moved; fewer leave the state to the smoothed share."""
+    s = make(control=ctl(infeasible_policy="reject", overload_late_share=0.5,
+                         overload_exit_late_share=0.2))
+    s.call_overran(refused=1, handled=10)
+    assert not s.overloaded and s.late_share == 0.0
+    s.call_overran(refused=3, handled=10)
+    assert s.overloaded and s.late_share == pytest.approx(0.3)
+    s.call_overran(refused=0, handled=0)  # nothing decided: no change, and no error
+    assert s.overloaded
+
+
 def test_a_call_budget_refusal_counts_its_refused_share_as_late():
     """refuse_queued with the call's size moves the late share towards the share refused:
     a call that refused most of its hand-over keeps a steady overload on; one that refused
@@ -539,6 +553,28 @@ def test_a_call_budget_refusal_counts_its_refused_share_as_late():
         shares[call_size] = s.late_share
     assert shares[4] > shares[40] > shares[0] == 0.0
     assert shares[4] == pytest.approx((1 - math.exp(-1.0)) * 0.75)
+
+
+def test_a_hand_overs_expired_requests_count_as_late():
+    """Requests refused at hand-over because their client timeout passed are late demand:
+    with the rest of their hand-over, at its first decision; alone, at once. A timeout
+    then moves the late share as the same wait under an SLA does."""
+    shares = {}
+    for expired in (0, 3):
+        s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
+        s.hand_over_expired(0.1, expired, queued=1)
+        assert s.late_share == 0.0  # measured with the hand-over's decision, not before
+        submit(s, 0.1, req(1, 0.1))
+        s.schedule(0.1)
+        shares[expired] = s.late_share
+    assert shares[0] == 0.0
+    assert shares[3] == pytest.approx((1 - math.exp(-1.0)) * 0.75)
+    alone = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
+    alone.hand_over_expired(0.1, 2, queued=0)
+    assert alone.late_share == pytest.approx(1 - math.exp(-1.0))
+    submit(alone, 0.2, req(2, 0.2))
+    alone.schedule(0.2)  # the expired ones were counted once, not again here
+    assert alone.late_share < 1 - math.exp(-1.0)
 
 
 def test_a_request_late_even_alone_is_refused_at_any_load():

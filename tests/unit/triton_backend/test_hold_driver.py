@@ -5,6 +5,7 @@ timeline record per call, whose counts add up."""
 
 from __future__ import annotations
 
+import pytest
 
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
 from triton_backend import timeline as timeline_module
@@ -76,6 +77,19 @@ def test_a_client_timeout_that_passed_in_the_queue_is_refused_at_hand_over(
     assert "timeout of 100.0 ms" in refused.error().message()
     assert pb_utils.error_code(the_answer(pb_utils, plain, returned, 1)) is None
     assert spy.computed == [(301, 7, 8)]
+
+
+def test_requests_whose_timeout_passed_in_the_queue_count_as_late(adapter, pb_utils,
+                                                                  monkeypatch):
+    """Refused at hand-over, they still move the scheduler's late share, as the same wait
+    under an SLA would (else a timeout hides an overload until the calls run long)."""
+    model = adapter.model("hold")
+    model.execute(requests_of(pb_utils, 3))
+    assert model.scheduler.late_share == 0.0
+    backdate(monkeypatch, model, 0.5)
+    model.execute([pb_utils.FakeRequest([300 + k, 7, 8], timeout_us=100_000)
+                   for k in range(3)])
+    assert model.scheduler.late_share > 0.0
 
 
 def test_a_timeout_shorter_than_the_sla_is_the_deadline(adapter, pb_utils):
@@ -170,6 +184,29 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
     assert len(refused) + codes.count(None) == len(requests) and refused
     assert "overloaded" in the_answer(pb_utils, requests[refused[0]], returned,
                                       refused[0]).error().message()
+
+
+@pytest.mark.parametrize("late", [0, 3])
+def test_a_call_past_its_budget_that_refuses_enough_becomes_an_overload(
+        adapter, pb_utils, monkeypatch, late):
+    """Not yet overloaded, a call past its budget whose first decision refused ``late`` of
+    the requests it decided: with none refused it serves everything; with 3 of 7 the
+    scheduler enters the overload state and the call refuses the rest at once. Either
+    way, exactly one answer per request."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
+                                     "control.overload_call_budget_sla_fraction": "0.01"})
+    monkeypatch.setattr(type(model._hold), "_mean_batch_s", staticmethod(lambda record: 10.0))
+    backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
+    requests = ([pb_utils.FakeRequest([500 + k, 7], sla_ms=50.0) for k in range(late)]
+                + requests_of(pb_utils, 10 - late))
+
+    returned = model.execute(requests)
+
+    codes = [pb_utils.error_code(the_answer(pb_utils, r, returned, i))
+             for i, r in enumerate(requests)]
+    assert model.scheduler.overloaded is bool(late)
+    assert codes.count(None) == (4 if late else 10)  # one batch of 4, then the budget
+    assert codes.count(pb_utils.TritonError.UNAVAILABLE) == (6 if late else 0)
 
 
 def test_a_late_share_left_by_an_earlier_load_refuses_nothing_before_a_decision(
