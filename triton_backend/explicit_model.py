@@ -48,7 +48,7 @@ from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
 from .request_decoding import RequestError
 from .responder import Responder
 from .hold_driver import HoldDriver
-from .responses import check_numpy, decode, error, placeholder_inputs
+from .responses import check_numpy, decode, decode_all, error, placeholder_inputs
 from .timeline import TIMELINE_ENV, Timeline
 
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
@@ -158,7 +158,8 @@ class ExplicitModel:
         self._hold = None
         if not threaded:
             self._hold = HoldDriver(
-                self.model_name, self.dispatcher, self.intake, self._decode,
+                self.model_name, self.dispatcher, self.intake,
+                lambda requests: decode_all(requests, self.contract),
                 self.profile.scheduler.default_sla_ms,
                 Timeline(self.model_name, os.environ.get(TIMELINE_ENV) or None),
                 is_wake=self._is_wake if self._waker is not None else None)

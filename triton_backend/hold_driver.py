@@ -53,17 +53,18 @@ _SENT = object()  # a slot of the call's list whose answer was already sent earl
 class HoldDriver:
     """Drives one model's ``execute()`` calls under intake hold (see the module doc).
 
-    ``decode(request)`` returns a decoded request or raises ``RequestError``;
-    ``is_wake(request)`` tells the waker's own wake requests (answered empty)."""
+    ``decode_all(requests)`` returns, for each, a decoded request or the ``RequestError``
+    naming its problem; ``is_wake(request)`` tells the waker's own wake requests
+    (answered empty)."""
 
     def __init__(self, model_name: str, dispatcher: Dispatcher, intake: HoldIntake,
-                 decode: Callable, default_sla_ms: float, timeline: Timeline,
+                 decode_all: Callable, default_sla_ms: float, timeline: Timeline,
                  is_wake: Callable | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.model_name = model_name
         self.dispatcher = dispatcher
         self.intake = intake
-        self._decode = decode
+        self._decode_all_of = decode_all
         self._default_sla_ms = default_sla_ms
         self._is_wake = is_wake
         self._clock = clock
@@ -107,23 +108,26 @@ class HoldDriver:
                     earliest: float) -> tuple[list[QueuedRequest], int, int]:
         """The call's valid requests as queued requests, its wake requests and its expired
         ones: an invalid one is answered INVALID_ARG into its slot, and one whose client
-        timeout has passed (expired) UNAVAILABLE."""
+        timeout has passed (expired) UNAVAILABLE. The call is decoded at once
+        (``decode_all``: one token-range check for all of it)."""
         queued: list[QueuedRequest] = []
         wakes = expired = 0
         now = self._clock()
+        slots = []  # the requests to decode: all but the waker's
         for i, request in enumerate(requests):
-            handle = Pending(request, None, None, responses=responses, slot=i,
-                             earliest_s=earliest)
             if self._is_wake is not None and self._is_wake(request):
                 wakes += 1
                 responses[i] = pb_utils.InferenceResponse()
-                continue
-            try:
-                decoded = self._decode(request)
-            except RequestError as exc:
+            else:
+                slots.append(i)
+        for i, decoded in zip(slots, self._decode_all_of([requests[i] for i in slots])):
+            request = requests[i]
+            if isinstance(decoded, RequestError):
                 self.dispatcher.metrics.on_rejected("invalid_input")
-                responses[i] = error(str(exc), pb_utils.TritonError.INVALID_ARG)
+                responses[i] = error(str(decoded), pb_utils.TritonError.INVALID_ARG)
                 continue
+            handle = Pending(request, None, None, responses=responses, slot=i,
+                             earliest_s=earliest)
             sla_ms = decoded.sla_ms or self._default_sla_ms
             timeout_ms = decoded.timeout_ms
             if timeout_ms and now - arrival >= timeout_ms / 1000.0:

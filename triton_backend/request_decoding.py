@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -46,14 +46,18 @@ def sla_value(value: Any, where: str) -> float:
 
 
 def check_sequence(ids: np.ndarray, max_seq_len: int, vocab_size: int,
-                   where: str = "INPUT_IDS") -> None:
-    """Raise ``RequestError`` unless ``ids`` is a valid 1-D INT64 token sequence."""
+                   where: str = "INPUT_IDS", token_range: bool = True) -> None:
+    """Raise ``RequestError`` unless ``ids`` is a valid 1-D INT64 token sequence
+    (``token_range`` False: all but its token ids' range, which ``decode_requests``
+    checks once for a whole call)."""
     if ids.dtype != np.int64:
         raise RequestError(f"{where} must be INT64, got {ids.dtype}")
     if ids.size == 0:
         raise RequestError(f"{where} is empty: a sequence needs at least one token")
     if ids.size > max_seq_len:
         raise RequestError(f"{where} has {ids.size} tokens; the model's limit is {max_seq_len}")
+    if not token_range:
+        return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 1 or hi >= vocab_size:
         raise RequestError(
@@ -83,7 +87,8 @@ def decode_padded_batch(input_ids: np.ndarray | None, max_seq_len: int,
 
 def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
                    parameters: Mapping[str, Any], max_seq_len: int,
-                   vocab_size: int, timeout_us: int = 0) -> DecodedRequest:
+                   vocab_size: int, timeout_us: int = 0,
+                   token_range: bool = True) -> DecodedRequest:
     """Validate one request of one sequence.
 
     ``input_ids`` is the INPUT_IDS tensor as received ([1, L] or [L]); ``sla_input`` the
@@ -92,7 +97,8 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
     winner would hide a client bug. ``timeout_us`` is Triton's own per-request ``timeout``
     (microseconds, 0 = none): the SLA when neither SLA_MS nor ``sla_ms`` gives one, or a
     shorter one than they give (capped at ``MAX_SLA_MS``; a client's timeout is a bound it
-    set, not a typo, and an answer after it reaches nobody).
+    set, not a typo, and an answer after it reaches nobody). ``token_range`` False leaves
+    the token ids' range to the caller (``decode_requests``).
     """
     if input_ids is None:
         raise RequestError("missing required input INPUT_IDS")
@@ -105,10 +111,40 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
         ids = input_ids
     else:
         raise RequestError(f"INPUT_IDS must have shape [1, L], got shape {list(input_ids.shape)}")
-    check_sequence(ids, max_seq_len, vocab_size)
+    check_sequence(ids, max_seq_len, vocab_size, token_range=token_range)
 
     return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64),
                           decode_sla(sla_input, parameters, timeout_us), timeout_us / 1000.0)
+
+
+def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
+                                           Mapping[str, Any], int]],
+                    max_seq_len: int, vocab_size: int) -> list[DecodedRequest | RequestError]:
+    """``decode_request`` for each of a call's requests (``inputs``: INPUT_IDS, SLA_MS,
+    parameters, timeout in us), in order: the decoded request, or the ``RequestError``
+    naming its problem. The token ids' range is checked once over the whole call (two
+    reductions instead of two per request); only where that fails is each request looked
+    at alone, so the bad one is named and fails alone."""
+    out: list[DecodedRequest | RequestError] = []
+    for input_ids, sla_input, parameters, timeout in inputs:
+        try:
+            out.append(decode_request(input_ids, sla_input, parameters, max_seq_len,
+                                      vocab_size, timeout, token_range=False))
+        except RequestError as exc:
+            out.append(exc)
+    sequences = [d.input_ids for d in out if isinstance(d, DecodedRequest)]
+    if not sequences:
+        return out
+    ids = np.concatenate(sequences) if len(sequences) > 1 else sequences[0]
+    if int(ids.min()) >= 1 and int(ids.max()) < vocab_size:
+        return out
+    for i, d in enumerate(out):
+        if isinstance(d, DecodedRequest):
+            try:
+                check_sequence(d.input_ids, max_seq_len, vocab_size)
+            except RequestError as exc:
+                out[i] = exc
+    return out
 
 
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
@@ -122,7 +158,7 @@ def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
             raise RequestError(f"SLA_MS must hold one value, got shape {list(sla_input.shape)}")
         if sla_input.dtype.kind not in "fiu":
             raise RequestError(f"SLA_MS must be FP32, got {sla_input.dtype}")
-        sla_ms = sla_value(sla_input.reshape(-1)[0].item(), "SLA_MS")
+        sla_ms = sla_value(sla_input.item(), "SLA_MS")  # one value, whatever its shape
     if "sla_ms" in parameters:
         param = sla_value(parameters["sla_ms"], "parameter sla_ms")
         if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):

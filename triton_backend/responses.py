@@ -9,7 +9,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
-from .request_decoding import decode_request
+from .request_decoding import RequestError, decode_request, decode_requests
 from .tensor_contract import decode_generic
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -87,6 +87,29 @@ def decode(request, contract=None):
                               request_parameters(request), timeout_us(request))
     return decode_request(array("INPUT_IDS"), array("SLA_MS"), request_parameters(request),
                           MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, timeout_us(request))
+
+
+def decode_all(requests, contract=None) -> list:
+    """``decode`` for each of a call's requests, in order: the decoded request, or the
+    ``RequestError`` naming its problem (a bad request fails alone). For the INPUT_IDS ->
+    EMBEDDING contract the token ids are range-checked once for the whole call
+    (``request_decoding.decode_requests``)."""
+    if contract is not None:
+        out = []
+        for request in requests:
+            try:
+                out.append(decode(request, contract))
+            except RequestError as exc:
+                out.append(exc)
+        return out
+    inputs = []
+    for request in requests:
+        tensors = {t.name(): t for t in request.inputs()}
+        ids, sla = tensors.get("INPUT_IDS"), tensors.get("SLA_MS")
+        inputs.append((None if ids is None else ids.as_numpy(),
+                       None if sla is None else sla.as_numpy(),
+                       request_parameters(request), timeout_us(request)))
+    return decode_requests(inputs, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
 
 
 def placeholder_inputs(config: dict) -> list:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hypothesis import given, settings, strategies as st
+
 from triton_backend.request_decoding import (MAX_SLA_MS, DecodedRequest, RequestError,
-                                             decode_padded_batch, decode_request)
+                                             decode_padded_batch, decode_request,
+                                             decode_requests)
 
 MAX_LEN = 8
 VOCAB = 100
@@ -252,3 +255,36 @@ def test_a_timeout_beyond_an_hour_is_capped():
     ids = np.array([[5, 6]], dtype=np.int64)
     got = decode_request(ids, None, {}, MAX_LEN, VOCAB, timeout_us=10 ** 13)
     assert got.sla_ms == MAX_SLA_MS
+
+
+# -- a whole call at once (decode_requests) ------------------------------------------------
+def test_a_calls_bad_requests_fail_alone_and_are_named():
+    """One token-range check for the call; where it fails, each request is looked at alone:
+    the ones out of range and the malformed ones get their own error, the rest decode."""
+    calls = [(ids(5, 6), None, {}, 0),
+             (ids(5, VOCAB), None, {}, 0),          # an id past the vocabulary
+             (ids(7), np.array([40.0], dtype=np.float32), {}, 0),
+             (None, None, {}, 0),                   # no INPUT_IDS
+             (ids(0, 3), None, {}, 0)]              # padding inside a request
+    out = decode_requests(calls, MAX_LEN, VOCAB)
+    assert [type(d) for d in out] == [DecodedRequest, RequestError, DecodedRequest,
+                                      RequestError, RequestError]
+    assert "valid ids are 1..99" in str(out[1]) and "missing" in str(out[3])
+    assert out[2].sla_ms == 40.0 and list(out[0].input_ids) == [5, 6]
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-2, VOCAB + 1), min_size=0, max_size=MAX_LEN + 1),
+                min_size=1, max_size=6))
+def test_a_call_decodes_as_its_requests_decode_alone(rows):
+    """decode_requests agrees with decode_request on every request, whatever its
+    neighbours: the same sequence where one decodes, the same error where one fails."""
+    calls = [(np.array(r, dtype=np.int64), None, {}, 0) for r in rows]
+    for d, (input_ids, *_rest) in zip(decode_requests(calls, MAX_LEN, VOCAB), calls):
+        try:
+            alone = decode(input_ids)
+        except RequestError as exc:
+            assert isinstance(d, RequestError) and str(d) == str(exc)
+        else:
+            assert isinstance(d, DecodedRequest)
+            assert list(d.input_ids) == list(alone.input_ids)
