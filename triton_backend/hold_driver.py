@@ -97,12 +97,15 @@ class HoldDriver:
             self.dispatcher.submit(queued, now)
             min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
             self._run(requests, responses, deadlines, record, min_sla_ms)
+        # Built before the call's end is taken: building the responses is the call's work
+        # (native's model builds them inside its call too), not the gap after it.
+        answers = [None if r is _SENT else built(r) for r in responses]
         done = self._clock()
         self.intake.call_returned(now, done, len(requests))
         record.wakes = self.last_wakes = wakes
         self.timeline.end(record, done)
         self.dispatcher.maybe_log_stats(done)
-        return [None if r is _SENT else built(r) for r in responses]
+        return answers
 
     def _decode_all(self, requests, arrival: float, responses: list, deadlines: list,
                     earliest: float) -> tuple[list[QueuedRequest], int, int]:
