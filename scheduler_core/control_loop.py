@@ -131,9 +131,15 @@ class ControlLoop:
         if now_s - self._last_arrival_s > self.arrivals.window_s:
             self._load_since_s = now_s  # the load (re)starts after an idle spell
         self._last_arrival_s = now_s
+        self.note_sla(sla_ms, alone_ms)
+        return self.clock.now(now_s)
+
+    def note_sla(self, sla_ms: float, alone_ms: float) -> None:
+        """An arriving request's SLA for the period's tightest feasible SLA (what the next
+        perception makes ``tightest_sla_ms``), as ``on_arrival`` counts it, without
+        counting an arrival."""
         if alone_ms <= sla_ms < self._period_min_sla_ms:
             self._period_min_sla_ms = sla_ms
-        return self.clock.now(now_s)
 
     def set_external_utilization(self, value: float, measured_at_s: float,
                                  source: str = "sidecar") -> None:

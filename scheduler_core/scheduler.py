@@ -268,6 +268,14 @@ class Scheduler:
         if n * longest > cfg.max_batch_tokens:
             return None
         first_deadline = min(r.deadline_s for r in batch)
+        # ``schedule`` ticks after ``submit`` registered the SLAs, so a perception on that
+        # tick sees the hand-over's tightest SLA (the reserved-capacity cap follows it):
+        # registered before this tick too. Only the smallest can set it; one infeasible
+        # even alone is declined below anyway.
+        tightest = min(batch, key=lambda r: r.sla_ms)
+        k = tightest.seq_len
+        self.loop.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
+                           * self.estimator.correction)
         self.loop.tick(now_s, _HandedOver(n, first_deadline))
         state = self.loop.state
         former = self.formers[state.mode].name

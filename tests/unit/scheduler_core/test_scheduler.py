@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import ControlConfig, CostModelConfig, SchedulerConfig
@@ -555,6 +555,10 @@ hand_over = st.tuples(
        cost_mode=st.sampled_from(["padded", "ragged"]), control=st.sampled_from(list(_CONTROLS)),
        history=st.lists(hand_over, max_size=6), call=hand_over,
        slowdown=st.sampled_from([0.5, 1.0, 3.0]))
+# A fresh scheduler: the decision's first perception sees the hand-over's 5 ms SLA, whose
+# reserved-capacity cap (2.0 ms) leaves the second request out; the taker must too.
+@example(name="t4", cost_mode="padded", control="shipped", history=[],
+         call=([1, 58], [5.0] * 70, 0.0), slowdown=0.5)
 def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
         name, cost_mode, control, history, call, slowdown):
     """Twins in the same state: one takes the hand-over as handed, the other submits it
