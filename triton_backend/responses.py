@@ -71,22 +71,33 @@ def input_array(request, name: str) -> np.ndarray | None:
     return None if tensor is None else tensor.as_numpy()
 
 
+def _arrays(request, names) -> dict:
+    """``request``'s input arrays by name (None where absent), from one list of its
+    tensors (one call to the stub, not one a name)."""
+    tensors = {t.name(): t for t in request.inputs()}
+    return {name: (None if (t := tensors.get(name)) is None else t.as_numpy())
+            for name in names}
+
+
+def _embedding_inputs(request) -> tuple:
+    """What ``decode_request`` reads of a request of the INPUT_IDS -> EMBEDDING contract:
+    INPUT_IDS, SLA_MS, its parameters and its timeout (us)."""
+    arrays = _arrays(request, ("INPUT_IDS", "SLA_MS"))
+    return (arrays["INPUT_IDS"], arrays["SLA_MS"], request_parameters(request),
+            timeout_us(request))
+
+
 def decode(request, contract=None):
     """One request's inputs, validated: ``DecodedRequest`` for the INPUT_IDS -> EMBEDDING
     contract (``contract`` None), else ``GenericRequest`` of ``contract``; raises
     ``RequestError`` naming the problem."""
-    tensors = {t.name(): t for t in request.inputs()}  # one list from the stub, not one a name
-
-    def array(name: str):
-        tensor = tensors.get(name)
-        return None if tensor is None else tensor.as_numpy()
-
     if contract is not None:
         names = [contract.sequence.name, *(t.name for t in contract.pass_through), "SLA_MS"]
-        return decode_generic(contract, {name: array(name) for name in names},
+        return decode_generic(contract, _arrays(request, names),
                               request_parameters(request), timeout_us(request))
-    return decode_request(array("INPUT_IDS"), array("SLA_MS"), request_parameters(request),
-                          MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, timeout_us(request))
+    input_ids, sla_input, parameters, timeout = _embedding_inputs(request)
+    return decode_request(input_ids, sla_input, parameters, MINILM_MAX_SEQ_LEN,
+                          MINILM_VOCAB_SIZE, timeout)
 
 
 def decode_all(requests, contract=None) -> list:
@@ -102,14 +113,8 @@ def decode_all(requests, contract=None) -> list:
             except RequestError as exc:
                 out.append(exc)
         return out
-    inputs = []
-    for request in requests:
-        tensors = {t.name(): t for t in request.inputs()}
-        ids, sla = tensors.get("INPUT_IDS"), tensors.get("SLA_MS")
-        inputs.append((None if ids is None else ids.as_numpy(),
-                       None if sla is None else sla.as_numpy(),
-                       request_parameters(request), timeout_us(request)))
-    return decode_requests(inputs, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE)
+    return decode_requests([_embedding_inputs(r) for r in requests], MINILM_MAX_SEQ_LEN,
+                           MINILM_VOCAB_SIZE)
 
 
 def placeholder_inputs(config: dict) -> list:
