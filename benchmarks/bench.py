@@ -155,7 +155,7 @@ EXPLICIT_INTAKE = DEFAULT_INTAKE
 FLAT_PROFILE = "t4"
 FLAT_PARAMS = {"cost_model.fixed_ms": "3.9", "cost_model.per_sequence_ms": "0",
                "cost_model.per_token_ms": "0.0006", "cost_model.per_token_squared_ms": "0",
-               "scheduler.max_batch_size": "64", "scheduler.max_batch_tokens": "16384",
+               "scheduler.max_batch_size": "64", "scheduler.max_batch_tokens": "32768",
                "control.refusal_late_share": "0.2"}
 FLAT_LABEL = "flat GPU-like t4 (fixed 3.9 ms, 0.0006 ms/token) EMULATED"
 H200_LOADS = (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.3, 2.0)

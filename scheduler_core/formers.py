@@ -171,6 +171,45 @@ class LengthAwareFormer:
             met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
         return met, end_s
 
+    def _cheapest_prefix(self, items, pool: list[int], plan_ms: float, now_s: float,
+                         duration_cap_ms: float) -> tuple[list[int], float, float] | None:
+        """The cheapest split in two of ``pool``'s slots (a queue that fits one batch)
+        on a padded formula: the ``k`` shortest first, then the rest (each within
+        ``max_batch_tokens``, the first within ``duration_cap_ms``), where that costs
+        less than ``plan_ms`` and every member ends in time in it; (the first batch's
+        slots, its estimate, its tightest deadline), or None.
+
+        A padded batch costs its size times its longest, so the cheapest two-batch plan
+        puts a shortest-first prefix beside the rest (and no plan of more batches is
+        cheaper unless one of two is: see ``Scheduler._no_split_pays``). Shortest first:
+        the cheaper batch ends sooner, so more requests are answered earlier."""
+        order = sorted(pool, key=lambda slot: items[slot].seq_len)
+        n = len(order)
+        longest = items[order[-1]].seq_len
+        est, max_tokens = self.estimator, self.cfg.max_batch_tokens
+        best_ms, best = plan_ms * (1.0 - 1e-9), None
+        for k in range(1, n):
+            length = items[order[k - 1]].seq_len
+            if length == longest:
+                break  # the rest are the longest: no saving from here on
+            if length == items[order[k]].seq_len:
+                continue  # a prefix ends where the lengths change
+            if k * length > max_tokens or (n - k) * longest > max_tokens:
+                continue  # not a plan of two batches
+            first = est.estimate_parts_ms(k, length, 0, 0)
+            rest = est.estimate_parts_ms(n - k, longest, 0, 0)
+            if first + rest < best_ms and first <= duration_cap_ms:
+                best_ms, best = first + rest, (k, first, rest)
+        if best is None:
+            return None
+        k, first_ms, rest_ms = best
+        first_end = now_s + first_ms / 1000.0
+        deadline = min(items[slot].deadline_s for slot in order[:k])
+        if deadline < first_end or min(items[slot].deadline_s for slot in order[k:]) < (
+                first_end + rest_ms / 1000.0):
+            return None  # someone would end late in it: leave the plans above
+        return order[:k], first_ms, deadline
+
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
         # One function on purpose: the candidate loop below runs up to 8 * size_cap times
@@ -312,6 +351,15 @@ class LengthAwareFormer:
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
                 deadline_skipped, check_waste = merged_skipped, False
+        if (padded and table is None and flush and not compensation and not self.emergency
+                and not deadline_skipped and len(queue) <= size_cap):
+            # The whole queue is known (a hold call's hand-over) and fits one batch: the
+            # cheapest plan of two batches beats both plans above wherever a split pays.
+            pool = top[:stop]  # the whole queue (it fits one batch)
+            plan_ms = est_ms + self._rest_ms(items, members, pool)
+            prefix = self._cheapest_prefix(items, pool, plan_ms, now_s, duration_cap_ms)
+            if prefix is not None:
+                members, est_ms, deadline = prefix
         if deadline_skipped:
             # Guard only where the guard pays: leaving candidates out for a member's
             # deadline costs another batch's launch, which delays everyone after it: the

@@ -251,8 +251,9 @@ class Scheduler:
           margin): none is refused, and no deadline guard or urgency order has anything
           to change; with a length-aware former, the batch is also within the reserved
           capacity's duration cap;
-        * on a padded device, its padding costs less than one launch: any split costs at
-          least the ragged cost plus a second launch, so the former's split never pays.
+        * on a padded device, no split into two batches saves a launch
+          (``_no_split_pays``): the former splits only where its split costs less than
+          the whole batch, and no split of more batches pays where none of two does.
 
         Outside explicit control this is the design's flow chart (batch conventionally, no
         per-request decision); inside it, the decision it would take. The tick sees the
@@ -291,8 +292,8 @@ class Scheduler:
             if state.tightest_sla_ms and batch_ms > (
                     (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms):
                 return None
-            if est.cost_mode == "padded" and not self._padding_below_a_launch(
-                    n, longest, real, squared):
+            if est.cost_mode == "padded" and not self._no_split_pays(
+                    lengths, n, longest, real, squared):
                 return None
         # Every member ends in time in the batch: the smallest SLA is a feasible one.
         self.loop.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
@@ -301,14 +302,37 @@ class Scheduler:
         self._count_dispatch(n, state.mode, Reason.FLUSH, False)
         return batch_ms
 
-    def _padding_below_a_launch(self, n: int, longest: int, real: int, squared: int) -> bool:
-        """Whether a padded batch's padding costs less than one batch launch (the cost
-        model's line: its tokens and squared tokens past the real ones, against
-        ``fixed_ms``; a measured table keeps the line it was fitted with)."""
+    def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
+                       squared: int) -> bool:
+        """Whether a padded batch costs less whole than split in two (the cost model's
+        line; a measured table keeps the line it was fitted with).
+
+        Its padding costing less than one launch (``fixed_ms``) is enough, and cheap: a
+        split saves at most the padding and costs a launch. On the formula (no table) the
+        exact rule follows: the cheapest split of two puts a shortest-first prefix of
+        ``k`` requests, longest ``L``, beside the rest, and saves
+        ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
+        against one more launch (``per_sequence`` is paid either way). Where no such
+        split saves a launch, none of more batches does either: each further cut saves
+        at most what a prefix split of two saves, and costs a launch more. So this is
+        exactly when ``LengthAwareFormer`` keeps the batch whole: it splits only where
+        its split (one batch, then the rest as one) costs less than the whole."""
         cm = self.estimator.cfg
-        padding_ms = (cm.per_token_ms * (n * longest - real)
-                      + cm.per_token_squared_ms * (n * longest * longest - squared))
-        return padding_ms < cm.fixed_ms
+        per_tok, per_sq, launch = cm.per_token_ms, cm.per_token_squared_ms, cm.fixed_ms
+        padding_ms = (per_tok * (n * longest - real)
+                      + per_sq * (n * longest * longest - squared))
+        if padding_ms < launch or self.estimator.table is not None:
+            return padding_ms < launch
+        bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
+        k = 0
+        for length in sorted(lengths):
+            if length == longest:
+                break  # the rest are the longest: a split there saves nothing
+            k += 1
+            if k * (per_tok * (longest - length)
+                    + per_sq * (longest * longest - length * length)) >= bound:
+                return False
+        return True
 
     def _shed(self, now_s: float, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
         """Requests that miss their deadline even run from ``start_s`` (now, or when the

@@ -123,12 +123,13 @@ MIXED_LENGTHS = [317, 120, 75, 54, 29, 55, 41, 20, 16, 202, 124, 84, 31, 386, 10
                  174, 73, 139, 44, 28, 19, 63, 215, 71, 21]
 
 
-def _formula_flush(cost: CostModelConfig) -> tuple[list[list[int]], float]:
-    """Flush MIXED_LENGTHS on the formula ``cost`` (padded): the batches' lengths and the
+def _formula_flush(cost: CostModelConfig, lengths: list[int] = MIXED_LENGTHS,
+                   max_tokens: int = 16384) -> tuple[list[list[int]], float]:
+    """Flush ``lengths`` on the formula ``cost`` (padded): the batches' lengths and the
     sum of their estimates."""
-    s = Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=16384),
+    s = Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=max_tokens),
                   CostEstimator(cost, "padded"), ControlConfig())
-    for i, n in enumerate(MIXED_LENGTHS):
+    for i, n in enumerate(lengths):
         s.submit(QueuedRequest(i, n, 0.0, 1000.0), 0.0)
     batches, total_ms = [], 0.0
     while s.queue_depth:
@@ -167,6 +168,48 @@ def test_where_padding_costs_more_than_a_launch_the_formula_still_splits_by_leng
     assert len(batches) >= 3
     assert total_ms < 0.8 * _one_batch_ms(steep)
     assert sorted(n for b in batches for n in b) == sorted(MIXED_LENGTHS)
+
+
+def _padded_ms(cost: CostModelConfig, lengths) -> float:
+    n, longest = len(lengths), max(lengths)
+    return (cost.fixed_ms + cost.per_sequence_ms * n + cost.per_token_ms * n * longest
+            + cost.per_token_squared_ms * n * longest * longest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(1, 512), min_size=1, max_size=10),
+       fixed_ms=st.floats(0.1, 8.0), per_token_ms=st.floats(0.0001, 0.02),
+       per_token_squared_ms=st.sampled_from([0.0, 1.4e-6]))
+def test_a_flushed_queue_costs_no_more_than_its_cheapest_plan_of_two_batches(
+        lengths, fixed_ms, per_token_ms, per_token_squared_ms):
+    """A queue that fits one batch, flushed with time to spare (a hold call's hand-over)
+    on a padded formula: the batches formed cost, by the estimate, no more than the
+    cheapest way to run it as one batch or two, found by trying every split."""
+    cost = CostModelConfig(fixed_ms=fixed_ms, per_sequence_ms=0.0, per_token_ms=per_token_ms,
+                           per_token_squared_ms=per_token_squared_ms)
+    batches, total_ms = _formula_flush(cost, lengths, max_tokens=64 * 512)
+    cheapest = _padded_ms(cost, lengths)
+    for mask in range(1, 2 ** len(lengths) - 1):
+        first = [n for i, n in enumerate(lengths) if mask >> i & 1]
+        rest = [n for i, n in enumerate(lengths) if not mask >> i & 1]
+        cheapest = min(cheapest, _padded_ms(cost, first) + _padded_ms(cost, rest))
+    assert total_ms <= cheapest * (1 + 1e-6)
+    assert sorted(n for b in batches for n in b) == sorted(lengths)
+
+
+def test_on_a_launch_bound_formula_the_cheapest_split_is_found_whoever_is_first():
+    """On the flat cost, with the long requests queued among the short ones: padding
+    the short ones to the longest costs more than the 3.9 ms a second launch costs,
+    and of the ways to split, the short ones (and only they) beside the long ones
+    costs least: the former runs exactly those two batches, whichever request it
+    starts from."""
+    flat = CostModelConfig(fixed_ms=3.9, per_sequence_ms=0.0, per_token_ms=0.0006,
+                           per_token_squared_ms=0.0)
+    lengths = [40] * 12 + [500] + [16] * 12 + [480] + [24] * 10
+    batches, total_ms = _formula_flush(flat, lengths)
+    assert sorted(map(sorted, batches)) == [sorted(n for n in lengths if n < 100),
+                                            [480, 500]]
+    assert total_ms < _padded_ms(flat, lengths)
 
 
 @pytest.mark.parametrize("margin_ms, refused", [(0.0, True), (2.0, False)])

@@ -604,3 +604,30 @@ def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
     late = [*batch, QueuedRequest(9, 16, 9.0, 100.0)]  # waited 1 s of its 100 ms
     assert Scheduler.from_profile(_twin_profile("t4", "padded", "shipped")).takes_as_handed(
         10.0, late) is None
+
+
+def _twins_on(batch):
+    """A fresh flat padded scheduler's answer for ``batch``, and what its twin decides."""
+    profile = _twin_profile("flat", "padded", "shipped")
+    taker, decider = Scheduler.from_profile(profile), Scheduler.from_profile(profile)
+    estimate = taker.takes_as_handed(10.0, batch)
+    for r in batch:
+        decider.submit(r, 10.0)
+    return estimate, decide(decider, 10.0, flush=True)
+
+
+def test_a_padded_hand_over_is_taken_whole_where_no_split_saves_a_launch():
+    """Thirty lengths spread evenly over 16-512 on the flat profile (3.9 ms a launch,
+    0.0006 ms a padded token): their padding (4.5 ms) costs more than a launch, but the
+    best split, the shorter half beside the rest, saves 2.2 ms: the former keeps them
+    whole, and so does the taker. Two long requests among thirty short ones are the
+    other way round: splitting the short ones off saves 8.9 ms, and both split."""
+    spread = [QueuedRequest(k, 16 + round(k * 496 / 29), 9.999, 10_000.0) for k in range(30)]
+    estimate, decision = _twins_on(spread)
+    assert estimate == pytest.approx(decision.estimated_ms)
+    assert len(decision.batch) == len(spread)
+
+    bimodal = [QueuedRequest(k, 512 if k < 2 else 16, 9.999, 10_000.0) for k in range(32)]
+    estimate, decision = _twins_on(bimodal)
+    assert estimate is None
+    assert 0 < len(decision.batch) < len(bimodal)

@@ -1,0 +1,129 @@
+"""What a hold call's batches cost the device, in process: the scheduler's plan for a
+hand-over beside one batch of all of it (Triton's batcher at delay 0) and the cheapest
+plan there is.
+
+    .venv/bin/python scripts/hand_over_plans.py [--calls 300] [--out results/hand_over_plans.md]
+
+Each call is a hand-over of the bench's long-tailed length mix (``benchmarks.bench.LENGTHS``)
+with SLA classes 50/100/200 ms in turn, handed over 5 ms old to a fresh scheduler, and run
+as intake hold runs it: taken as handed (``Scheduler.takes_as_handed``) or submitted and
+decided with flush until the queue is empty. Device time is the cost model's estimate of
+each batch; the cheapest plan is the exact minimum over every partition of the sorted
+lengths into consecutive batches (a padded batch costs its size times its longest, so an
+optimal plan groups by length). Nothing runs on a device: this is the batch plan only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from benchmarks.bench import FLAT_PARAMS, LENGTHS, SEED, SLA_CLASSES_MS
+from benchmarks.pages import write_page
+from scheduler_core import workload as W
+from scheduler_core.policy import decide
+from scheduler_core.profile import parse_override, with_emulation, with_overrides
+from scheduler_core.profile_files import load_profile, profile_path
+from scheduler_core.request import QueuedRequest
+from scheduler_core.scheduler import Scheduler
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFILES = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")
+SIZES = (13, 20, 32, 38, 45, 64)
+WAITED_S = 0.005
+
+
+def _nested(params: dict[str, str]) -> dict:
+    """``FLAT_PARAMS``'s dotted keys (model-config text) as a profile override."""
+    out: dict = {}
+    for dotted, text in params.items():
+        section, key, value = parse_override(dotted, text, "plans")
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def profiles() -> dict[str, object]:
+    t4 = with_emulation(load_profile(profile_path(PROFILES, "t4")),
+                        {"cost_mode": "padded", "time_scale": 1.0}, "plans")
+    return {"flat (the bench's GPU-like t4)": with_overrides(t4, _nested(FLAT_PARAMS), "plans"),
+            "t4 padded": t4}
+
+
+def cheapest_ms(estimator, lengths: np.ndarray, max_size: int, max_tokens: int) -> float:
+    """The least total estimate of any plan of consecutive batches of sorted ``lengths``."""
+    x = np.sort(lengths)
+    best = [0.0] + [float("inf")] * len(x)
+    for j in range(1, len(x) + 1):
+        for i in range(max(0, j - max_size), j):
+            if (j - i) * int(x[j - 1]) <= max_tokens:
+                ms = estimator.estimate_parts_ms(j - i, int(x[j - 1]), 0, 0)
+                best[j] = min(best[j], best[i] + ms)
+    return best[-1]
+
+
+def plan(profile, lengths: np.ndarray) -> tuple[float, int, bool]:
+    """(device ms, batches, taken as handed) for one call, as intake hold runs it."""
+    s = Scheduler.from_profile(profile)
+    now = 10.0
+    batch = [QueuedRequest(k, int(n), now - WAITED_S, SLA_CLASSES_MS[k % len(SLA_CLASSES_MS)])
+             for k, n in enumerate(lengths)]
+    taken = s.takes_as_handed(now, batch)
+    if taken is not None:
+        return taken, 1, True
+    for r in batch:
+        s.submit(r, now)
+    total, batches = 0.0, 0
+    while s.queue_depth:
+        d = decide(s, now, flush=True)
+        if d.batch:
+            s.batch_started(d.batch, now)
+            total += d.estimated_ms
+            batches += 1
+            now += d.estimated_ms / 1000.0
+            s.batch_finished(d.batch, now - d.estimated_ms / 1000.0, now)
+    return total, batches, False
+
+
+def rows(calls: int) -> list[str]:
+    out = []
+    for name, profile in profiles().items():
+        cfg = profile.scheduler
+        rng = np.random.default_rng(SEED)
+        s = Scheduler.from_profile(profile)
+        for size in SIZES:
+            if size > cfg.max_batch_size:
+                continue
+            whole = ours = best = 0.0
+            batches = handed = 0
+            for _ in range(calls):
+                lengths = LENGTHS.draw(rng, size)
+                longest = int(lengths.max())
+                whole += s.estimator.estimate_parts_ms(size, longest, 0, 0)
+                ms, n, as_handed = plan(profile, lengths)
+                ours, batches, handed = ours + ms, batches + n, handed + as_handed
+                best += cheapest_ms(s.estimator, lengths, cfg.max_batch_size,
+                                    cfg.max_batch_tokens)
+            out.append(f"| {name} | {size} | {whole / calls:.2f} | {ours / calls:.2f} | "
+                       f"{best / calls:.2f} | {batches / calls:.2f} | {100 * handed / calls:.0f} % |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    lines = ["| profile | requests a call | one batch (ms) | the plugin's plan (ms) | "
+             "cheapest plan (ms) | batches a call | taken as handed |",
+             "|---|---:|---:|---:|---:|---:|---:|", *rows(args.calls)]
+    print("\n".join(lines))
+    if args.out:
+        write_page(args.out, "\n".join([
+            "# A hold call's batch plan: device time per call (in process, estimates)", "",
+            f"Generated by `.venv/bin/python scripts/hand_over_plans.py --calls {args.calls} "
+            "--out ...` (benchmarks/hand_over_plans.py says how). Device time is the cost "
+            "model's estimate of each batch (EMULATED costs, no device runs); mean per "
+            "call.", "", *lines, ""]))
+    return 0
