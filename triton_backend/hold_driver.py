@@ -95,8 +95,7 @@ class HoldDriver:
             record.batch(len(queued), 0, started, self._clock(), estimated_ms, AS_HANDED)
         else:
             self.dispatcher.submit(queued, now)
-            min_sla_ms = min((q.sla_ms for q in queued), default=math.inf)
-            self._run(requests, responses, deadlines, record, min_sla_ms)
+            self._run(requests, responses, deadlines, record, self._budget_sla_ms(queued))
         # Built before the call's end is taken: building the responses is the call's work
         # (native's model builds them inside its call too), not the gap after it.
         answers = [None if r is _SENT else built(r) for r in responses]
@@ -187,6 +186,16 @@ class HoldDriver:
             if left:
                 self._send_late_ones(requests, responses, deadlines, record, ended,
                                      self._remaining_s(record, left))
+
+    def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
+        """The smallest SLA the call carries that one of its requests can meet: one whose
+        SLA is below its own run time alone is refused at once whatever the load, so it
+        sets no budget (else a call carrying one would overrun at its second batch and
+        refuse everyone else as overloaded)."""
+        est = self.dispatcher.scheduler.estimator
+        feasible = [q.sla_ms for q in queued
+                    if est.estimate_parts_ms(1, q.seq_len, q.seq_len, q.seq_len ** 2) <= q.sla_ms]
+        return min(feasible or [q.sla_ms for q in queued] or [math.inf])
 
     def _refuse_rest(self, record: CallRecord, now: float, budget_s: float,
                      call_size: int) -> None:

@@ -209,6 +209,25 @@ def test_a_call_past_its_budget_that_refuses_enough_becomes_an_overload(
     assert codes.count(pb_utils.TritonError.UNAVAILABLE) == (6 if late else 0)
 
 
+def test_a_request_whose_sla_is_below_its_own_run_time_sets_no_budget(adapter, pb_utils):
+    """One request with an SLA no run can meet (refused at once, whatever the load) rides
+    in a call of more than one batch: it is refused as infeasible, and the others are all
+    served; its SLA does not become the call's budget, which would have the call overrun
+    at its second batch and refuse them as overloaded."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    requests = ([pb_utils.FakeRequest([500, 7], sla_ms=0.001)]
+                + requests_of(pb_utils, 9))
+
+    returned = model.execute(requests)
+
+    codes = [pb_utils.error_code(the_answer(pb_utils, r, returned, i))
+             for i, r in enumerate(requests)]
+    assert codes[0] == pb_utils.TritonError.UNAVAILABLE
+    assert "overloaded" not in the_answer(pb_utils, requests[0], returned, 0).error().message()
+    assert codes[1:] == [None] * 9
+    assert not model.scheduler.overloaded
+
+
 def test_a_late_share_left_by_an_earlier_load_refuses_nothing_before_a_decision(
         adapter, pb_utils, monkeypatch):
     """The overload budget applies from a call's second batch: a call whose first
