@@ -22,9 +22,8 @@ import numpy as np
 
 from benchmarks.bench import FLAT_PARAMS, LENGTHS, SEED, SLA_CLASSES_MS
 from benchmarks.pages import write_page
-from scheduler_core import workload as W
 from scheduler_core.policy import decide
-from scheduler_core.profile import parse_override, with_emulation, with_overrides
+from scheduler_core.profile import with_dotted_overrides, with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
@@ -35,19 +34,10 @@ SIZES = (13, 20, 32, 38, 45, 64)
 WAITED_S = 0.005
 
 
-def _nested(params: dict[str, str]) -> dict:
-    """``FLAT_PARAMS``'s dotted keys (model-config text) as a profile override."""
-    out: dict = {}
-    for dotted, text in params.items():
-        section, key, value = parse_override(dotted, text, "plans")
-        out.setdefault(section, {})[key] = value
-    return out
-
-
 def profiles() -> dict[str, object]:
     t4 = with_emulation(load_profile(profile_path(PROFILES, "t4")),
                         {"cost_mode": "padded", "time_scale": 1.0}, "plans")
-    return {"flat (the bench's GPU-like t4)": with_overrides(t4, _nested(FLAT_PARAMS), "plans"),
+    return {"flat (the bench's GPU-like t4)": with_dotted_overrides(t4, FLAT_PARAMS, "plans"),
             "t4 padded": t4}
 
 

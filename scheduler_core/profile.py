@@ -410,6 +410,17 @@ def with_overrides(profile: HardwareProfile, overrides: Mapping[str, Mapping[str
     return replace(profile_from_mapping(raw, source), source=profile.source)
 
 
+def with_dotted_overrides(profile: HardwareProfile, params: Mapping[str, str],
+                          source: str) -> HardwareProfile:
+    """``with_overrides`` from dotted keys and their text (``{"scheduler.alpha": "0.3"}``,
+    as model-config parameters carry them), each typed by ``parse_override``."""
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, text in params.items():
+        section, name, value = parse_override(key, text, source)
+        overrides.setdefault(section, {})[name] = value
+    return with_overrides(profile, overrides, source)
+
+
 def with_emulation(profile: HardwareProfile, overrides: Mapping[str, Any],
                    source: str) -> HardwareProfile:
     """``profile`` with some emulation keys (``time_scale``, ``cost_mode``) replaced."""

@@ -334,6 +334,13 @@ class Scheduler:
                 return False
         return True
 
+    def min_meetable_sla_ms(self) -> float:
+        """The smallest SLA in the queue that its request can meet, run alone now (inf:
+        none): a request late even alone is refused at once whatever the load."""
+        correction = self.estimator.correction
+        return min((e.req.sla_ms for e in self._queue if not _late_even_alone(e, correction)),
+                   default=math.inf)
+
     def _shed(self, now_s: float, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
         """Requests that miss their deadline even run from ``start_s`` (now, or when the
         batch just dispatched ends), alone - or, when behind, in an efficient batch
@@ -347,7 +354,7 @@ class Scheduler:
         if start_s == now_s and self._queue:  # the decision's first look
             self._measure_late_share(now_s, len(doomed), len(self._queue))
         if doomed and not self._refusing_late():  # only the hopeless: late even alone, at once
-            doomed = [e for e in doomed if e.alone_ms * correction > e.req.sla_ms]
+            doomed = [e for e in doomed if _late_even_alone(e, correction)]
         if not doomed:
             return ()
         self._queue.discard(doomed)
@@ -545,3 +552,8 @@ class Scheduler:
     def __repr__(self) -> str:
         return (f"Scheduler(queue_depth={len(self._queue)}, zone={self.loop.zones.zone.name}, "
                 f"batches={self.counts['batches']})")
+
+
+def _late_even_alone(e: Entry, correction: float) -> bool:
+    """Whether ``e``'s SLA is below its own run time alone: hopeless at any load."""
+    return e.alone_ms * correction > e.req.sla_ms

@@ -188,14 +188,14 @@ class HoldDriver:
                                      self._remaining_s(record, left))
 
     def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
-        """The smallest SLA the call carries that one of its requests can meet: one whose
-        SLA is below its own run time alone is refused at once whatever the load, so it
-        sets no budget (else a call carrying one would overrun at its second batch and
-        refuse everyone else as overloaded)."""
-        est = self.dispatcher.scheduler.estimator
-        feasible = [q.sla_ms for q in queued
-                    if est.estimate_parts_ms(1, q.seq_len, q.seq_len, q.seq_len ** 2) <= q.sla_ms]
-        return min(feasible or [q.sla_ms for q in queued] or [math.inf])
+        """The smallest SLA the call carries that one of its requests can meet (the call's
+        requests are the scheduler's queue, just submitted): one whose SLA is below its
+        own run time alone is refused at once whatever the load, so it sets no budget
+        (else a call carrying one would overrun at its second batch and refuse everyone
+        else as overloaded). None meetable: the smallest SLA."""
+        meetable = self.dispatcher.scheduler.min_meetable_sla_ms()
+        return meetable if meetable < math.inf else min(
+            (q.sla_ms for q in queued), default=math.inf)
 
     def _refuse_rest(self, record: CallRecord, now: float, budget_s: float,
                      call_size: int) -> None:

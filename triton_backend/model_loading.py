@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Mapping
 
-from scheduler_core.profile import HardwareProfile, ProfileError, parse_override, with_overrides
+from scheduler_core.profile import HardwareProfile, ProfileError, with_dotted_overrides
 from scheduler_core.profile_files import load_profile_dir, select_profile
 from sidecar.nvml import detect_device_name
 
@@ -134,12 +134,8 @@ def with_parameter_overrides(profile: HardwareProfile, settings: ModelSettings,
     padded/ragged cost), and any dotted ``section.key`` (``scheduler.alpha``,
     ``control.enabled``, ...), which the operator tools use to step parameters on a live
     server through Triton's model-load API."""
-    source = f"model '{model}' parameters"
-    overrides: dict[str, dict[str, Any]] = {}
-    for key, text in settings.profile_overrides.items():
-        section, name, value = parse_override(key, text, source)
-        overrides.setdefault(section, {})[name] = value
-    return with_overrides(profile, overrides, source)
+    return with_dotted_overrides(profile, settings.profile_overrides,
+                                 f"model '{model}' parameters")
 
 
 def instance_placement(args: Mapping[str, Any], settings: ModelSettings) -> Placement:
