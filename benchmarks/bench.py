@@ -237,13 +237,19 @@ class BatchMonitor:
 
 
 class Bench:
-    def __init__(self, server: TritonServer):
+    def __init__(self, server: TritonServer, models: Sequence[str] = ()):
+        """``models``: what ``server`` loads at its start (its --load-model arguments)."""
         self.server = server
         self.monitor = BatchMonitor(server)
         self.controls: dict[str, ModelControl] = {}
         self.base_configs: dict[str, dict] = {}
+        self.started_models = tuple(models)
+        # What is loaded now, and with which config (None: the repository's): what a
+        # restart after a server crash brings back.
+        self.live: dict[str, dict | None] = dict.fromkeys(models)
         self.lost = 0
         self.segments = 0
+        self.server_crashes: list[dict] = []
 
     # models
     def control(self, model: str) -> ModelControl:
@@ -268,13 +274,37 @@ class Bench:
         if max_batch_size is not None:
             config["max_batch_size"] = int(max_batch_size)
         ctl.load(config)
+        self.live[model] = config
 
     def load(self, model: str) -> None:
         """Load ``model`` with the config in the repository."""
         self.server.load_model(model)
+        self.live[model] = None
 
     def unload(self, model: str) -> None:
         self.server.unload_model(model)
+        self.live.pop(model, None)
+
+    def server_died(self) -> bool:
+        return self.server.process is not None and self.server.process.poll() is not None
+
+    def restart(self) -> None:
+        """Start the server again after it died, with every model as it was: tritonserver
+        2.51's gRPC front end can crash when clients cancel at a high rate (docs/platform.md,
+        results/tritonserver_sigsegv.md), which a bench's overload rungs do."""
+        self.monitor.stop()
+        self.server.stop()
+        self.server.start()
+        self.server.wait_ready()
+        self.controls.clear()  # their URLs may be stale after a start on new ports
+        for model in self.started_models:
+            if model not in self.live:
+                self.server.unload_model(model)
+        for model, config in self.live.items():
+            if config is None:
+                self.server.load_model(model)
+            else:
+                self.control(model).load(config)
 
     def _queue_idle(self, model: str, timeout_s: float = 15.0) -> None:
         """Wait until the model holds no request (explicit: its queue-depth gauge; native:
@@ -295,7 +325,29 @@ class Bench:
                 busy: bool = False) -> B.SegmentStats:
         """Send ``arrivals`` (a warm-up of ``warmup_s`` seconds, then ``duration_s`` measured)
         and measure the window after the warm-up; ``busy``: also the per-second busy
-        fraction (one more monitor sample after the run)."""
+        fraction (one more monitor sample after the run). A segment during which the server
+        died is recorded in ``server_crashes``, and run once more on a restarted server."""
+        stats, result = self._segment(role, model, arrivals, duration_s, include_sla,
+                                      client_timeout_s, warmup_s, busy)
+        if self.server_died():
+            code = self.server.process.returncode
+            self.server_crashes.append({
+                "model": model, "role": role, "requests": len(result.records),
+                "rate_rps": len(result.records) / max(1e-9, warmup_s + duration_s),
+                "exit_code": code, "at": time.strftime("%H:%M:%S")})
+            log(f"tritonserver died (exit code {code}) during a {role} segment of {model}; "
+                "restarting it and running the segment again")
+            self.restart()
+            stats, result = self._segment(role, model, arrivals, duration_s, include_sla,
+                                          client_timeout_s, warmup_s, busy)
+            if self.server_died():
+                raise RuntimeError(f"tritonserver died twice in one {role} segment of {model}")
+        self.lost += sum(1 for r in result.records if r.outcome == "LOST")
+        self.segments += 1
+        return stats
+
+    def _segment(self, role: str, model: str, arrivals, duration_s: float, include_sla: bool,
+                 client_timeout_s: float, warmup_s: float, busy: bool):
         self._queue_idle(model)
         stub = find_stub(self.server.process.pid, model)
         server_pid = self.server.process.pid
@@ -324,9 +376,7 @@ class Bench:
             waste = padding_waste(samples, model, spans) if gauge else None
         stats = B.measured_stats(role, result.window(warmup_s, warmup_s + duration_s),
                                  series, waste, per_req[0], per_req[1])
-        self.lost += sum(1 for r in result.records if r.outcome == "LOST")
-        self.segments += 1
-        return stats
+        return stats, result
 
     def success_count(self, model: str) -> int | None:
         """Requests ``model`` answered successfully: Triton's count (statistics API) less
@@ -836,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     if SERVER_BLOCKS & set(args.blocks):
         with server:
             log(f"server ready (gRPC {server.grpc_url})")
-            bench = Bench(server)
+            bench = Bench(server, models)
             try:
                 if "ts1" in args.blocks:
                     results["ts1"] = run_ts1_block(bench, args.quick)
@@ -862,6 +912,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.monitor.stop()
             results["lost"] = bench.lost
             results["segments"] = bench.segments
+            results["server_crashes"] = bench.server_crashes
     if "decision" in args.blocks:
         results["decision"] = run_decision_bench(args.quick, args.out_dir)
     results["wall_s"] = time.monotonic() - started

@@ -501,6 +501,7 @@ def write(results: dict, out_dir: str) -> None:
         lines += h200_markdown(results["h200"])
     lines += [f"Segments: {results.get('segments', 0)}; requests lost (no answer at all): "
               f"{results.get('lost', 0)}.", ""]
+    lines += server_crash_lines(results.get("server_crashes") or [])
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
 
@@ -889,3 +890,18 @@ def _peak_text(p: dict | None) -> str:
     if p.get("error"):
         return f"failed: {p['error']}"
     return f"{p['throughput_rps']:.0f} req/s"
+
+
+def server_crash_lines(crashes: list[dict]) -> list[str]:
+    """The segments during which tritonserver died (each was run again on a restarted
+    server; its requests are in no figure above)."""
+    if not crashes:
+        return []
+    lines = [f"**tritonserver died {len(crashes)} time(s) during this run** and was restarted "
+             "with every model as it was; each segment below was run again, and only the "
+             "rerun is in the figures. Triton 2.51's gRPC front end can crash when clients "
+             "cancel at a high rate (results/tritonserver_sigsegv.md).", "",
+             "| at | model | role | offered (req/s) | exit code |", "|---|---|---|---:|---:|"]
+    lines += [f"| {c['at']} | {c['model']} | {c['role']} | {c['rate_rps']:.0f} | "
+              f"{c['exit_code']} |" for c in crashes]
+    return lines + [""]

@@ -423,7 +423,7 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
         results["placement_log"] = server_placement_lines(log_path)
         for line in results["placement_log"]:
             log(f"  server log: {line}")
-        bench = BENCH.Bench(server)
+        bench = BENCH.Bench(server, models)
 
         # closed-loop peaks
         peaks = {}

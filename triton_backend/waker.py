@@ -14,8 +14,9 @@ from typing import Callable
 # queue bound): no waker 262-746 req/s with ~30 gaps of ~500 ms a run; 1 ms 835 (a wake
 # request in most calls); 2 ms 1,416-1,635 (HTTP) and 1,424 (gRPC), no gap over 50 ms;
 # native 1,854-2,093 in the same runs. OFF by default (0): one make-bench run with it on
-# ended in a SIGSEGV of tritonserver (pthread_mutex_lock in a core thread, while serving;
-# cause not found), so it is an opt-in until that is understood.
+# ended in a SIGSEGV of tritonserver (pthread_mutex_lock in a core thread, while serving:
+# the frames of 2.51's crash under gRPC client cancellations, docs/platform.md); it stays
+# an opt-in.
 WAKE_AFTER_US = 0
 WAKE_AFTER_US_MEASURED = 2000  # the setting the figures above (and results/bench_hold_wake) use
 WAKE_IDLE_CALLS = 3  # ... until this many calls in a row held wake requests only
