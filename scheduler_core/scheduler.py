@@ -148,7 +148,7 @@ class Scheduler:
     def submit(self, request: QueuedRequest, now_s: float) -> None:
         """Queue a request; raises ``QueueFull`` when the queue is at its bound."""
         if len(self._queue) >= self.cfg.max_queue_size:
-            raise QueueFull(f"queue holds max_queue_size={self.cfg.max_queue_size} requests")
+            raise QueueFull(self.queue_full_message())
         n = request.seq_len
         k = max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
         alone = self.estimator.base_parts_ms(1, n, n, n * n)
@@ -157,6 +157,34 @@ class Scheduler:
                                                alone * self.estimator.correction)
         self._arrived = True
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
+
+    def queue_full_message(self) -> str:
+        return f"queue holds max_queue_size={self.cfg.max_queue_size} requests"
+
+    def submit_all(self, requests: Sequence[QueuedRequest], now_s: float
+                   ) -> list[QueuedRequest]:
+        """Queue a call's requests, all arrived at ``now_s``, as ``submit`` queues each in
+        turn, with one arrival count for them all; returns those the queue bound left out
+        (the last ones), which the caller refuses as ``submit`` would have raised."""
+        room = max(0, self.cfg.max_queue_size - len(self._queue))
+        taken, left = requests[:room], list(requests[room:])
+        if not taken:
+            return left
+        est, queue, loop = self.estimator, self._queue, self.loop
+        base, correction = est.base_parts_ms, est.correction
+        efficient_size, max_tokens = self._efficient_size, self.cfg.max_batch_tokens
+        entries = []
+        for request in taken:
+            n = request.seq_len
+            k = max(1, min(efficient_size, max_tokens // n))
+            alone = base(1, n, n, n * n)
+            loop.note_sla(request.sla_ms, alone * correction)
+            entries.append((request, alone, base(k, n, k * n, k * n * n)))
+        logical_arrival = loop.on_arrival(now_s, math.inf, 0.0, len(taken))
+        self._arrived = True
+        for request, alone, efficient in entries:
+            queue.append(Entry(request, logical_arrival, alone, efficient))
+        return left
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
         """Take requests out of the queue (cancelled, or failed by the adapter)."""

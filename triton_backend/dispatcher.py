@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.policy import ZONE_NAMES, QueueFull, decide, refusal_message, wake_time
+from scheduler_core.policy import ZONE_NAMES, decide, refusal_message, wake_time
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
 
@@ -102,11 +102,9 @@ class Dispatcher:
             if self.stopping:
                 refused = [(q, "model is shutting down", "shutting_down") for q in queued]
             else:
-                for q in queued:
-                    try:
-                        self.scheduler.submit(q, now)
-                    except QueueFull as exc:
-                        refused.append((q, f"queue full: {exc}", "queue_full"))
+                left = self.scheduler.submit_all(queued, now)
+                message = f"queue full: {self.scheduler.queue_full_message()}"
+                refused = [(q, message, "queue_full") for q in left]
                 self.arrivals += len(queued) - len(refused)
             self.intake.call_queued_locked()
             self.cond.notify()

@@ -590,6 +590,52 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     assert taker.late_share == decider.late_share
 
 
+def _decisions(s: Scheduler, now: float) -> list[tuple]:
+    """Flush decisions until the queue is empty, each run at its estimate."""
+    out = []
+    while s.queue_depth:
+        d = decide(s, now, flush=True)
+        out.append((sorted(r.request_id for r in d.batch),
+                     sorted(r.request_id for r, _ in d.rejected), d.estimated_ms, d.mode))
+        if d.batch:
+            s.batch_started(d.batch, now)
+            now += d.estimated_ms / 1000.0
+            s.batch_finished(d.batch, now - d.estimated_ms / 1000.0, now)
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["t4", "flat"]), control=st.sampled_from(list(_CONTROLS)),
+       history=st.lists(hand_over, max_size=4), call=hand_over,
+       max_queue=st.sampled_from([8, 4096]))
+def test_submit_all_queues_a_call_as_submit_does_each_request(name, control, history, call,
+                                                             max_queue):
+    """Twins in the same state: one submits a call's requests one by one (stopping at the
+    first QueueFull), the other with ``submit_all``. They leave out the same requests,
+    and every decision after is the same (batches, refusals, estimates, mode)."""
+    profile = _twin_profile(name, "padded", control)
+    history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
+    each, now = _played(profile, history, 1.0)
+    all_at_once, _ = _played(profile, history, 1.0)
+    for s in (each, all_at_once):  # the bound from here on (the history is played out)
+        s.cfg = replace(s.cfg, max_queue_size=max_queue)
+    lengths, slas, waited_ms = call
+    batch = [QueuedRequest(1000 + k, n, now - waited_ms / 1000.0, sla)
+             for k, (n, sla) in enumerate(zip(lengths, slas))]
+
+    left_each = []
+    for r in batch:
+        try:
+            each.submit(r, now)
+        except QueueFull:
+            left_each.append(r)
+    left = all_at_once.submit_all(batch, now)
+
+    assert [r.request_id for r in left] == [r.request_id for r in left_each]
+    assert all_at_once.loop.arrivals.rate_rps(now) == each.loop.arrivals.rate_rps(now)
+    assert _decisions(all_at_once, now) == _decisions(each, now)
+
+
 def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
     """A fresh scheduler (safe zone): twenty short requests with room to spare are one
     batch as handed; where that queue depth alone means danger (the emergency policy's
