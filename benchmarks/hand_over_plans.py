@@ -37,8 +37,10 @@ WAITED_S = 0.005
 def profiles() -> dict[str, object]:
     t4 = with_emulation(load_profile(profile_path(PROFILES, "t4")),
                         {"cost_mode": "padded", "time_scale": 1.0}, "plans")
+    h200 = with_emulation(load_profile(profile_path(PROFILES, "h200_minilm")),
+                          {"cost_mode": "padded", "time_scale": 1.0}, "plans")
     return {"flat (the bench's GPU-like t4)": with_dotted_overrides(t4, FLAT_PARAMS, "plans"),
-            "t4 padded": t4}
+            "t4 padded": t4, "h200_minilm (a measured table)": h200}
 
 
 def cheapest_ms(estimator, lengths: np.ndarray, max_size: int, max_tokens: int) -> float:

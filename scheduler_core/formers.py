@@ -174,14 +174,17 @@ class LengthAwareFormer:
     def _cheapest_prefix(self, items, pool: list[int], plan_ms: float, now_s: float,
                          duration_cap_ms: float) -> tuple[list[int], float, float] | None:
         """The cheapest split in two of ``pool``'s slots (a queue that fits one batch)
-        on a padded formula: the ``k`` shortest first, then the rest (each within
+        on a padded device (formula or measured table): the ``k`` shortest first, then
+        the rest (each within
         ``max_batch_tokens``, the first within ``duration_cap_ms``), where that costs
         less than ``plan_ms`` and every member ends in time in it; (the first batch's
         slots, its estimate, its tightest deadline), or None.
 
         A padded batch costs its size times its longest, so the cheapest two-batch plan
-        puts a shortest-first prefix beside the rest (and no plan of more batches is
-        cheaper unless one of two is: see ``Scheduler._no_split_pays``). Shortest first:
+        puts a shortest-first prefix beside the rest (on the formula no plan of more
+        batches is cheaper unless one of two is: see ``Scheduler._no_split_pays``; on a
+        table, launch-bound up to thousands of tokens, the former's own split of a
+        hand-over cost more than one batch, and this two-batch plan less). Shortest first:
         the cheaper batch ends sooner, so more requests are answered earlier."""
         order = sorted(pool, key=lambda slot: items[slot].seq_len)
         n = len(order)
@@ -351,7 +354,7 @@ class LengthAwareFormer:
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
                 deadline_skipped, check_waste = merged_skipped, False
-        if (padded and table is None and flush and not compensation and not self.emergency
+        if (padded and flush and not compensation and not self.emergency
                 and not deadline_skipped and len(queue) <= size_cap):
             # The whole queue is known (a hold call's hand-over) and fits one batch: the
             # cheapest plan of two batches beats both plans above wherever a split pays.
