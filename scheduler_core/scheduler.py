@@ -149,14 +149,18 @@ class Scheduler:
         """Queue a request; raises ``QueueFull`` when the queue is at its bound."""
         if len(self._queue) >= self.cfg.max_queue_size:
             raise QueueFull(self.queue_full_message())
-        n = request.seq_len
-        k = max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
-        alone = self.estimator.base_parts_ms(1, n, n, n * n)
-        efficient = self.estimator.base_parts_ms(k, n, k * n, k * n * n)
+        alone, efficient = self._estimates(request.seq_len)
         logical_arrival = self.loop.on_arrival(now_s, request.sla_ms,
                                                alone * self.estimator.correction)
         self._arrived = True
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
+
+    def _estimates(self, n: int) -> tuple[float, float]:
+        """A request of ``n`` tokens, its uncorrected estimates as its ``Entry`` keeps
+        them: run alone, and in an efficient batch of its length."""
+        k = max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
+        base = self.estimator.base_parts_ms
+        return base(1, n, n, n * n), base(k, n, k * n, k * n * n)
 
     def queue_full_message(self) -> str:
         return f"queue holds max_queue_size={self.cfg.max_queue_size} requests"
@@ -170,20 +174,16 @@ class Scheduler:
         taken, left = requests[:room], list(requests[room:])
         if not taken:
             return left
-        est, queue, loop = self.estimator, self._queue, self.loop
-        base, correction = est.base_parts_ms, est.correction
-        efficient_size, max_tokens = self._efficient_size, self.cfg.max_batch_tokens
+        loop, correction = self.loop, self.estimator.correction
         entries = []
         for request in taken:
-            n = request.seq_len
-            k = max(1, min(efficient_size, max_tokens // n))
-            alone = base(1, n, n, n * n)
+            alone, efficient = self._estimates(request.seq_len)
             loop.note_sla(request.sla_ms, alone * correction)
-            entries.append((request, alone, base(k, n, k * n, k * n * n)))
+            entries.append((request, alone, efficient))
         logical_arrival = loop.on_arrival(now_s, math.inf, 0.0, len(taken))
         self._arrived = True
         for request, alone, efficient in entries:
-            queue.append(Entry(request, logical_arrival, alone, efficient))
+            self._queue.append(Entry(request, logical_arrival, alone, efficient))
         return left
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:
