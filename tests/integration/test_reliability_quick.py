@@ -3,7 +3,9 @@ overload 2x with recovery and timely refusals, a short soak, kill -9 of a stub w
 requests queued (intake hold), hostile reloads, and a drip-feeding metrics endpoint. Every
 request must get exactly one answer, the server must be healthy after each case, and the
 main server must stop by itself within its exit timeout (the kill and hostile cases run on
-servers of their own, whose stops Triton 2.51 holds to their exit timeout: documented).
+servers of their own, whose stops Triton 2.51 holds to their exit timeout: documented). A
+kill -9 that lands while the stub holds the shared-memory lock aborts tritonserver itself
+(Triton 2.51, docs/reliability.md): that row is "documented", and lost 0 still holds.
 Time bounds are the full run's (make reliability): here a missed one is only a WARN."""
 
 from __future__ import annotations
@@ -50,5 +52,10 @@ def test_reliability_quick():
             main_server = row[case] == "server stop (after the cases)"
             assert row[-1] == "PASS" if main_server else row[-1].startswith(
                 ("PASS", "documented")), f"{row[case]}: {row[-1]}\n{proc.stdout}"
+        elif row[-1].startswith("documented"):
+            # Triton 2.51 aborts when a stub is killed holding the shared-memory lock;
+            # only that abort is documented, and lost 0 above still held.
+            assert row[healthy] == "no: tritonserver aborted after the kill", \
+                f"{row[case]}: {row[healthy]}\n{proc.stdout}"
         elif row[-1] != "skipped":
             assert row[healthy].startswith("yes"), f"{row[case]}: {row[healthy]}\n{proc.stdout}"
