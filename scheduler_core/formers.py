@@ -152,9 +152,11 @@ class LengthAwareFormer:
                                                 sum(n * n for n in lengths))
 
     def _rest_ms(self, items, taken: list[int], others: list[int]) -> float:
-        """The estimate for ``others``' slots not in ``taken``, as one batch (0: none)."""
+        """What ``others``' slots not in ``taken`` cost as one more batch: its estimate and
+        the host time of a batch (``batch_host_ms``); 0: none."""
         chosen = set(taken)
-        return self._lengths_ms([items[slot].seq_len for slot in others if slot not in chosen])
+        rest = self._lengths_ms([items[slot].seq_len for slot in others if slot not in chosen])
+        return rest + self.cfg.batch_host_ms if rest else 0.0
 
     def _plan_in_time(self, items, first: list[int], first_ms: float, pool: list[int],
                       now_s: float, size_cap: int) -> tuple[int, float]:
@@ -170,6 +172,23 @@ class LengthAwareFormer:
             end_s += self._lengths_ms([items[slot].seq_len for slot in chunk]) / 1000.0
             met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
         return met, end_s
+
+    def _whole(self, items, pool: list[int], plan_ms: float, now_s: float,
+               duration_cap_ms: float) -> tuple[list[int], float, float] | None:
+        """``pool``'s slots as one batch where that costs less than ``plan_ms`` and every
+        member ends in time in it (within ``max_batch_tokens`` and ``duration_cap_ms``):
+        (the slots, the estimate, the tightest deadline), or None. On a measured table a
+        batch of longer sequences can cost less than one of shorter ones, so the scan's
+        own split can cost more than no split at all."""
+        lengths = [items[slot].seq_len for slot in pool]
+        if len(lengths) < 2 or len(lengths) * max(lengths) > self.cfg.max_batch_tokens:
+            return None
+        whole_ms = self._lengths_ms(lengths)
+        deadline = min(items[slot].deadline_s for slot in pool)
+        if (whole_ms >= plan_ms or whole_ms > duration_cap_ms
+                or deadline < now_s + whole_ms / 1000.0):
+            return None
+        return list(pool), whole_ms, deadline
 
     def _cheapest_prefix(self, items, pool: list[int], plan_ms: float, now_s: float,
                          duration_cap_ms: float) -> tuple[list[int], float, float] | None:
@@ -190,6 +209,7 @@ class LengthAwareFormer:
         n = len(order)
         longest = items[order[-1]].seq_len
         est, max_tokens = self.estimator, self.cfg.max_batch_tokens
+        host_ms = self.cfg.batch_host_ms  # the second batch's host time
         best_ms, best = plan_ms * (1.0 - 1e-9), None
         for k in range(1, n):
             length = items[order[k - 1]].seq_len
@@ -201,8 +221,8 @@ class LengthAwareFormer:
                 continue  # not a plan of two batches
             first = est.estimate_parts_ms(k, length, 0, 0)
             rest = est.estimate_parts_ms(n - k, longest, 0, 0)
-            if first + rest < best_ms and first <= duration_cap_ms:
-                best_ms, best = first + rest, (k, first, rest)
+            if first + rest + host_ms < best_ms and first <= duration_cap_ms:
+                best_ms, best = first + rest + host_ms, (k, first, rest)
         if best is None:
             return None
         k, first_ms, rest_ms = best
@@ -261,6 +281,7 @@ class LengthAwareFormer:
         table = est.table
         efficient_size = self.efficient_size
         flat_factor = (1.0 + max_waste) * scale
+        host_ms = cfg.batch_host_ms  # what one more batch costs the host
         # An efficient batch of a candidate's own length is a real alternative once a
         # quarter of a full batch is queued; with fewer, its alternative is running alone.
         behind = len(queue) >= cfg.max_batch_size * EFFICIENT_ALTERNATIVE_QUEUED
@@ -310,14 +331,15 @@ class LengthAwareFormer:
                     # Past it, a candidate joins only if what it adds to the batch's cost
                     # is at most what it would cost otherwise: its share of an efficient
                     # batch of its own length when the queue holds one (behind), else
-                    # running alone.
+                    # running alone, either with its batch's host time.
                     if check_waste and candidate_ms > flat_factor * table.lookup_ms(
-                            size, shortest) and candidate_ms - est_ms > (1.0 + max_waste) * (
-                            items[slot].efficient_ms / max(1, min(efficient_size,
-                                                                  max_tokens // n))
-                            if behind else items[slot].alone_ms) and not (
-                            urgent and slots_left > 0):
-                        continue
+                            size, shortest):
+                        share = max(1, min(efficient_size, max_tokens // n)) if behind else 1
+                        own_ms = items[slot].efficient_ms if behind else items[slot].alone_ms
+                        if candidate_ms - est_ms > ((1.0 + max_waste) * own_ms / share
+                                                    + host_ms / share) and not (
+                                urgent and slots_left > 0):
+                            continue
                 if filtering and ((urgent_lane and not urgent) or (stop_noncritical and (
                         seed_noncritical or items[slot].req.sla_ms >= noncritical_ms))):
                     continue
@@ -360,6 +382,10 @@ class LengthAwareFormer:
             # cheapest plan of two batches beats both plans above wherever a split pays.
             pool = top[:stop]  # the whole queue (it fits one batch)
             plan_ms = est_ms + self._rest_ms(items, members, pool)
+            whole = self._whole(items, pool, plan_ms, now_s, duration_cap_ms)
+            if whole is not None:  # the scan's plan costs more than the queue as one batch
+                members, est_ms, deadline = whole
+                plan_ms = est_ms
             prefix = self._cheapest_prefix(items, pool, plan_ms, now_s, duration_cap_ms)
             if prefix is not None:
                 members, est_ms, deadline = prefix

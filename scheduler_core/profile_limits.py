@@ -25,6 +25,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "alpha": (0.0, 5.0),
     "beta": (0.0, 5.0),
     "wait_ms_per_saved_device_ms": (0.0, 1_000_000.0),
+    "batch_host_ms": (0.0, 1_000.0),
     "perception_window_ms": (10.0, 600_000.0),
     "perception_period_ms": (10.0, 10_000.0),
     "control_period_ms": (10.0, 10_000.0),

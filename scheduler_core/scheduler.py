@@ -333,10 +333,11 @@ class Scheduler:
     def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
                        squared: int) -> bool:
         """Whether a padded batch costs less whole than split in two (the cost model's
-        line; a measured table keeps the line it was fitted with).
+        line; a measured table keeps the line it was fitted with), time-scaled, where a
+        split costs one more launch and one more batch's host time (``batch_host_ms``).
 
-        Its padding costing less than one launch (``fixed_ms``) is enough, and cheap: a
-        split saves at most the padding and costs a launch. On the formula (no table) the
+        Its padding costing less than that is enough, and cheap: a split saves at most
+        the padding. On the formula (no table) the
         exact rule follows: the cheapest split of two puts a shortest-first prefix of
         ``k`` requests, longest ``L``, beside the rest, and saves
         ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
@@ -345,11 +346,14 @@ class Scheduler:
         at most what a prefix split of two saves, and costs a launch more. So this is
         exactly when ``LengthAwareFormer`` keeps the batch whole: it splits only where
         its split (one batch, then the rest as one) costs less than the whole."""
-        cm = self.estimator.cfg
-        per_tok, per_sq, launch = cm.per_token_ms, cm.per_token_squared_ms, cm.fixed_ms
+        est = self.estimator
+        cm, scale = est.cfg, est.time_scale * est.correction
+        per_tok, per_sq = cm.per_token_ms * scale, cm.per_token_squared_ms * scale
+        # What a split adds: a launch, and one more batch's host time (not time-scaled).
+        launch = cm.fixed_ms * scale + self.cfg.batch_host_ms
         padding_ms = (per_tok * (n * longest - real)
                       + per_sq * (n * longest * longest - squared))
-        if padding_ms < launch or self.estimator.table is not None:
+        if padding_ms < launch or est.table is not None:
             return padding_ms < launch
         bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
         k = 0

@@ -20,7 +20,12 @@ message to the server per observation (~43 us); this costs one per changed bucke
 publish. The families are gauges that only grow (a counter family would be read back as
 ``<name>_total`` by Prometheus's Python parser); Prometheus's
 ``histogram_quantile(rate(..._bucket[...]))`` reads them as it reads any histogram. A
-series set appears with its first observation.
+series set appears with its first observation. Every bucket at or above a new observation
+changes, so a publish under load is a few hundred updates: the histograms are published
+once per ``HISTOGRAM_PUBLISH_PERIOD_S`` (counted at every flush meanwhile), since each
+``Metric.set`` holds the stub's GIL through its round trip (python_backend r24.10's
+``SendSetValueRequest`` has no ``gil_scoped_release``; ``increment`` releases it, but then
+waits for the GIL back after every update, which measured dearer still).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMED_BY, GAUGES, HISTOGRAMS,
-                             LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
-                             PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SLA_CLASSES)
+                             HISTOGRAM_PUBLISH_PERIOD_S, LABELLED, LATENCY_BUCKETS,
+                             LATENCY_HISTOGRAMS, PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS,
+                             SLA_CLASSES)
 
 _CLASS_BOUNDS = np.array([bound for bound, _ in SLA_CLASSES])  # sla_class() as searchsorted
 _LATENCY_EDGES = np.array(LATENCY_BUCKETS)  # bisect_left over the bucket bounds
@@ -158,6 +164,7 @@ class ControlMetrics:
         self._pending_served: list[tuple[list, list, float, float]] = []
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
         self._gauge_values: dict[str, float] = {}  # the last value set on each gauge
+        self._histograms_published_s = -float("inf")
 
     # -- events (cheap: counted locally) -------------------------------------------------
     def on_served(self, sla_ms: list[float], arrivals_s: list[float], dispatched_s: float,
@@ -185,8 +192,10 @@ class ControlMetrics:
             self._pending_counters[counter] += 1
 
     # -- publishing ----------------------------------------------------------------------
-    def flush(self, stats, sidecar_health: float) -> None:
-        """Publish the gauges from ``stats`` and everything counted since the last flush."""
+    def flush(self, stats, sidecar_health: float, now: float) -> None:
+        """Publish the gauges from ``stats`` and the counters counted since the last flush;
+        the histograms' counts too when ``HISTOGRAM_PUBLISH_PERIOD_S`` has passed since
+        they last went (``now``: seconds, any one clock)."""
         for name, value in (
                 ("zone", stats.zone), ("prewarmed", 1.0 if stats.prewarmed else 0.0),
                 ("window_seconds", stats.window_ms / 1000.0),
@@ -226,7 +235,9 @@ class ControlMetrics:
             self._count_served(served, sla)
         for key, n in sla.items():
             self._sla[key].increment(n)
-        self._publish_histograms()
+        if now - self._histograms_published_s >= HISTOGRAM_PUBLISH_PERIOD_S:
+            self._histograms_published_s = now
+            self._publish_histograms()
 
     def _count_served(self, served: list, sla: Counter) -> None:
         """Sort the answered batches' requests into SLA classes (met or missed, into

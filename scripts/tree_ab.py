@@ -1,0 +1,98 @@
+"""This working tree's plugin against a git revision's, and native, in one server.
+
+A host-path change is smaller than this 2-core machine's noise between runs; in one server,
+alternated round by round, the ratios to native are comparable. ``--baseline REV`` is
+checked out in a temporary git worktree; its model copy imports the plugin from there (each
+model is a stub process of its own). The plugin runs as ``scripts/intake_check.py``'s hold
+variant (``serve_late``), on the EMULATED device; perf_analyzer closed loop, 64 in flight.
+
+    .venv/bin/python scripts/tree_ab.py --baseline HEAD [--time-scale 0.01]
+        [--profile h200_minilm] [--rounds 5] [--measurement-ms 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks import intake_check as ic  # noqa: E402
+from benchmarks.repository import edit_model, set_max_batch_size  # noqa: E402
+from triton_backend.launcher import TritonServer  # noqa: E402
+
+BASELINE = "explicit_hold_baseline"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default="HEAD")
+    parser.add_argument("--time-scale", type=float, default=0.01)
+    parser.add_argument("--profile", default="h200_minilm")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--measurement-ms", type=int, default=5000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tree-ab-") as tmp:
+        tree = os.path.join(tmp, "baseline")
+        subprocess.run(["git", "-C", REPO_ROOT, "worktree", "add", "--detach", "-q", tree,
+                        args.baseline], check=True)
+        try:
+            return run(args, tmp, tree)
+        finally:
+            subprocess.run(["git", "-C", REPO_ROOT, "worktree", "remove", "--force", tree],
+                           check=False)
+
+
+def run(args, tmp: str, tree: str) -> int:
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
+    hold = ic._variant(repo, "hold", args.time_scale, False)
+    ic._native(repo, hold, args.time_scale, False)
+    shutil.copytree(os.path.join(repo, hold), os.path.join(repo, BASELINE))
+    config = os.path.join(repo, BASELINE, "config.pbtxt")
+    with open(config) as fh:
+        text = fh.read().replace(f'name: "{hold}"', f'name: "{BASELINE}"')
+    with open(config, "w") as fh:
+        fh.write(text)
+    with open(os.path.join(repo, BASELINE, "1", "model.py"), "w") as fh:
+        fh.write(f"import sys\nsys.path.insert(0, {tree!r})\n"
+                 "from triton_backend.triton_models import ExplicitModel as TritonPythonModel"
+                 "  # noqa\n")
+    models = [hold, BASELINE, ic.NATIVE]
+    for name in models:
+        edit = set_max_batch_size(64) if name == ic.NATIVE else None
+        edit_model(os.path.join(repo, name), params={"hardware_profile": args.profile},
+                   edit=edit)
+    rows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
+    with TritonServer(repo, log_path=os.path.join(tmp, "server.log"), extra_args=(
+            "--model-control-mode=explicit", "--load-model=*")) as server:
+        for r in range(args.rounds):
+            for model in models[r % 3:] + models[:r % 3]:
+                row = ic._measure(server, model, 0, args.measurement_ms, concurrency=64)
+                rows[model].append((row.result.throughput if row.result else 0.0,
+                                    row.stub_us_per_request or 0.0))
+                print(f"round {r} {model}: {rows[model][-1][0]:.0f} req/s, stub "
+                      f"{rows[model][-1][1]:.0f} us/request", flush=True)
+    native = [x for x, _ in rows[ic.NATIVE]]
+    print(f"\n{args.profile} EMULATED, time scale {args.time_scale:g}; {hold} = this tree, "
+          f"{BASELINE} = {args.baseline}\n")
+    print("| model | req/s per round | median | ratio to native per round | median ratio "
+          "| stub us/request, median |")
+    print("|---|---|---:|---|---:|---:|")
+    for model in models:
+        ratios = [x / n for (x, _), n in zip(rows[model], native) if n]
+        print(f"| {model} | {', '.join(f'{x:.0f}' for x, _ in rows[model])} | "
+              f"{statistics.median(x for x, _ in rows[model]):.0f} | "
+              f"{', '.join(f'{q:.2f}' for q in ratios)} | {statistics.median(ratios):.2f} | "
+              f"{statistics.median(y for _, y in rows[model]):.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
