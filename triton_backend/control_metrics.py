@@ -20,12 +20,7 @@ message to the server per observation (~43 us); this costs one per changed bucke
 publish. The families are gauges that only grow (a counter family would be read back as
 ``<name>_total`` by Prometheus's Python parser); Prometheus's
 ``histogram_quantile(rate(..._bucket[...]))`` reads them as it reads any histogram. A
-series set appears with its first observation. Every bucket at or above a new observation
-changes, so a publish under load is a few hundred updates: the histograms are published
-once per ``HISTOGRAM_PUBLISH_PERIOD_S`` (counted at every flush meanwhile), since each
-``Metric.set`` holds the stub's GIL through its round trip (python_backend r24.10's
-``SendSetValueRequest`` has no ``gil_scoped_release``; ``increment`` releases it, but then
-waits for the GIL back after every update, which measured dearer still).
+series set appears with its first observation.
 """
 
 from __future__ import annotations
@@ -37,9 +32,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .metric_catalog import (BATCH_SIZE_BUCKETS, COUNTERS, FORMED_BY, GAUGES, HISTOGRAMS,
-                             HISTOGRAM_PUBLISH_PERIOD_S, LABELLED, LATENCY_BUCKETS,
-                             LATENCY_HISTOGRAMS, PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS,
-                             SLA_CLASSES)
+                             LABELLED, LATENCY_BUCKETS, LATENCY_HISTOGRAMS,
+                             PADDING_WASTE_BUCKETS, PREFIX, REJECT_REASONS, SLA_CLASSES)
 
 _CLASS_BOUNDS = np.array([bound for bound, _ in SLA_CLASSES])  # sla_class() as searchsorted
 _LATENCY_EDGES = np.array(LATENCY_BUCKETS)  # bisect_left over the bucket bounds
@@ -164,7 +158,6 @@ class ControlMetrics:
         self._pending_served: list[tuple[list, list, float, float]] = []
         self._published_counts = {"emergency_batches_total": 0, "compensation_batches_total": 0}
         self._gauge_values: dict[str, float] = {}  # the last value set on each gauge
-        self._histograms_published_s = -float("inf")
 
     # -- events (cheap: counted locally) -------------------------------------------------
     def on_served(self, sla_ms: list[float], arrivals_s: list[float], dispatched_s: float,
@@ -192,10 +185,8 @@ class ControlMetrics:
             self._pending_counters[counter] += 1
 
     # -- publishing ----------------------------------------------------------------------
-    def flush(self, stats, sidecar_health: float, now: float) -> None:
-        """Publish the gauges from ``stats`` and the counters counted since the last flush;
-        the histograms' counts too when ``HISTOGRAM_PUBLISH_PERIOD_S`` has passed since
-        they last went (``now``: seconds, any one clock)."""
+    def flush(self, stats, sidecar_health: float) -> None:
+        """Publish the gauges from ``stats`` and everything counted since the last flush."""
         for name, value in (
                 ("zone", stats.zone), ("prewarmed", 1.0 if stats.prewarmed else 0.0),
                 ("window_seconds", stats.window_ms / 1000.0),
@@ -235,9 +226,7 @@ class ControlMetrics:
             self._count_served(served, sla)
         for key, n in sla.items():
             self._sla[key].increment(n)
-        if now - self._histograms_published_s >= HISTOGRAM_PUBLISH_PERIOD_S:
-            self._histograms_published_s = now
-            self._publish_histograms()
+        self._publish_histograms()
 
     def _count_served(self, served: list, sla: Counter) -> None:
         """Sort the answered batches' requests into SLA classes (met or missed, into

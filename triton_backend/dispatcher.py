@@ -360,7 +360,7 @@ class Dispatcher:
             self._last_flush = now
             with self.cond:
                 stats = self.scheduler.stats(now)
-            self.metrics.flush(stats, sidecar_health, now)
+            self.metrics.flush(stats, sidecar_health)
         finally:
             self._flush_lock.release()
 

@@ -186,9 +186,6 @@ class Metric:
         self.buckets = buckets
         self._value = 0.0
         self.observations: list[float] = []
-        # set() calls: in the real stub each holds the GIL through a round trip to the
-        # server (python_backend r24.10 metric.cc), so tests count them
-        self.sets = 0
 
     def increment(self, value: float) -> None:
         if self.family.kind == MetricFamily.HISTOGRAM:
@@ -203,7 +200,6 @@ class Metric:
             raise TritonModelException("only a gauge metric can be set")
         with _lock:
             self._value = float(value)
-            self.sets += 1
 
     def observe(self, value: float) -> None:
         if self.family.kind != MetricFamily.HISTOGRAM:

@@ -9,8 +9,7 @@ from collections import Counter
 
 import numpy as np
 
-from triton_backend.metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S, LATENCY_BUCKETS, PREFIX,
-                                          sla_class)
+from triton_backend.metric_catalog import LATENCY_BUCKETS, PREFIX, sla_class
 
 SLAS_MS = (10.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0, 1000.0, 5000.0)
 
@@ -47,7 +46,7 @@ def test_batches_counted_as_arrays_publish_the_per_request_histograms(pb_utils):
                 expected_buckets[(name, cls, bisect.bisect_left(LATENCY_BUCKETS, seconds))] += 1
                 expected_sum[(name, cls)] += float(seconds)
             expected_sla[(cls, "met" if lat * 1000.0 <= s else "missed")] += 1
-    metrics.flush(_Stats(), 1.0, now=0.0)
+    metrics.flush(_Stats(), 1.0)
 
     for (cls, outcome), n in expected_sla.items():
         assert pb_utils.metric_value(PREFIX + "sla_requests_total", sla_class=cls,
@@ -76,7 +75,7 @@ def test_batch_histograms_are_counted_here_and_published_as_prometheus_series(pb
     for round_ in (1, 2):
         for size in sizes:
             metrics.on_batch([4] * (size - 1) + [16], "fifo")  # padding 0.75 (size 1: 0)
-        metrics.flush(_Stats(), 1.0, now=round_ * HISTOGRAM_PUBLISH_PERIOD_S)
+        metrics.flush(_Stats(), 1.0)
         for bound in (*BATCH_SIZE_BUCKETS, "+Inf"):
             le = bound if isinstance(bound, str) else repr(float(bound))
             want = round_ * sum(1 for s in sizes if bound == "+Inf" or s <= bound)
@@ -92,33 +91,3 @@ def test_batch_histograms_are_counted_here_and_published_as_prometheus_series(pb
             == round_ * len(sizes)
         assert pb_utils.metric_value(PREFIX + "formed_batches_total", former="fifo") \
             == round_ * len(sizes)
-
-
-def test_histograms_go_once_per_their_period_and_counters_at_every_flush(pb_utils):
-    """A flush inside the histogram period publishes the counters (the SLA outcomes) and
-    keeps the histogram counts; the first flush after it publishes them all, and
-    ``close()`` whatever is still counted. No observation is lost or counted twice."""
-    from triton_backend.control_metrics import ControlMetrics
-
-    metrics = ControlMetrics("m", "t4", "test")
-    count = lambda: pb_utils.metric_value(  # noqa: E731
-        PREFIX + "request_duration_seconds_count", sla_class=sla_class(100.0))
-    met = lambda: pb_utils.metric_value(  # noqa: E731
-        PREFIX + "sla_requests_total", sla_class=sla_class(100.0), outcome="met")
-    sets = lambda: sum(m.sets for f in pb_utils.FAMILIES for m in f.metrics)  # noqa: E731
-
-    metrics.on_served([100.0] * 3, [0.0] * 3, 0.01, 0.02)
-    metrics.flush(_Stats(), 1.0, now=10.0)
-    assert (count(), met()) == (3, 3)
-    before = sets()
-    for k in range(1, 4):  # inside the period: counters only
-        metrics.on_served([100.0] * 2, [0.0] * 2, 0.01, 0.02)
-        metrics.flush(_Stats(), 1.0, now=10.0 + k * HISTOGRAM_PUBLISH_PERIOD_S / 4)
-        assert (count(), met()) == (3, 3 + 2 * k)
-    assert sets() == before  # no histogram series was touched
-    metrics.flush(_Stats(), 1.0, now=10.0 + HISTOGRAM_PUBLISH_PERIOD_S)
-    assert (count(), met()) == (9, 9)
-    metrics.on_served([100.0], [0.0], 0.01, 0.02)
-    metrics.flush(_Stats(), 1.0, now=10.0 + HISTOGRAM_PUBLISH_PERIOD_S + 0.5)
-    metrics.close()
-    assert (count(), met()) == (10, 10)
