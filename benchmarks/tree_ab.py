@@ -17,15 +17,13 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+from benchmarks import intake_check as ic
+from benchmarks.repository import edit_model, set_max_batch_size
+from triton_backend.launcher import TritonServer
 
-from benchmarks import intake_check as ic  # noqa: E402
-from benchmarks.repository import edit_model, set_max_batch_size  # noqa: E402
-from triton_backend.launcher import TritonServer  # noqa: E402
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BASELINE = "explicit_hold_baseline"
 
@@ -92,7 +90,3 @@ def run(args, tmp: str, tree: str) -> int:
               f"{', '.join(f'{q:.2f}' for q in ratios)} | {statistics.median(ratios):.2f} | "
               f"{statistics.median(y for _, y in rows[model]):.0f} |")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
