@@ -7,7 +7,7 @@ model is a stub process of its own). The plugin runs as ``scripts/intake_check.p
 variant (``serve_late``), on the EMULATED device; perf_analyzer closed loop, 64 in flight.
 
     .venv/bin/python scripts/tree_ab.py --baseline HEAD [--time-scale 0.01]
-        [--profile h200_minilm] [--rounds 5] [--measurement-ms 5000]
+        [--profile h200_minilm | flat] [--rounds 5] [--measurement-ms 5000]
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="HEAD")
     parser.add_argument("--time-scale", type=float, default=0.01)
-    parser.add_argument("--profile", default="h200_minilm")
+    parser.add_argument("--profile", default="h200_minilm",
+                        help="a hardware profile, or 'flat' (the bench's GPU-like t4)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--measurement-ms", type=int, default=5000)
     args = parser.parse_args()
@@ -50,8 +51,9 @@ def main() -> int:
 def run(args, tmp: str, tree: str) -> int:
     repo = os.path.join(tmp, "repo")
     os.makedirs(repo)
-    hold = ic._variant(repo, "hold", args.time_scale, False)
-    ic._native(repo, hold, args.time_scale, False)
+    flat = args.profile == "flat"
+    hold = ic._variant(repo, "hold", args.time_scale, flat)
+    ic._native(repo, hold, args.time_scale, flat)
     shutil.copytree(os.path.join(repo, hold), os.path.join(repo, BASELINE))
     config = os.path.join(repo, BASELINE, "config.pbtxt")
     with open(config) as fh:
@@ -65,8 +67,8 @@ def run(args, tmp: str, tree: str) -> int:
     models = [hold, BASELINE, ic.NATIVE]
     for name in models:
         edit = set_max_batch_size(64) if name == ic.NATIVE else None
-        edit_model(os.path.join(repo, name), params={"hardware_profile": args.profile},
-                   edit=edit)
+        edit_model(os.path.join(repo, name), edit=edit,
+                   params={} if flat else {"hardware_profile": args.profile})
     rows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log"), extra_args=(
             "--model-control-mode=explicit", "--load-model=*")) as server:
