@@ -237,9 +237,13 @@ class BatchMonitor:
 
 
 class Bench:
-    def __init__(self, server: TritonServer, models: Sequence[str] = ()):
-        """``models``: what ``server`` loads at its start (its --load-model arguments)."""
+    def __init__(self, server: TritonServer, models: Sequence[str] = (),
+                 explicit_intake: str = EXPLICIT_INTAKE):
+        """``models``: what ``server`` loads at its start (its --load-model arguments);
+        ``explicit_intake``: the plugin's intake in every block (a variant other than the
+        shipped default is named in the report's first lines)."""
         self.server = server
+        self.explicit_intake = explicit_intake
         self.monitor = BatchMonitor(server)
         self.controls: dict[str, ModelControl] = {}
         self.base_configs: dict[str, dict] = {}
@@ -266,6 +270,8 @@ class Bench:
         ctl = self.control(model)
         if model not in self.base_configs:
             self.base_configs[model] = ctl.config()
+        if model == EXPLICIT and self.explicit_intake != EXPLICIT_INTAKE:
+            params = {**params, "intake": self.explicit_intake}
         config = with_parameters(self.base_configs[model], params)
         if params.get("intake") == "gather":
             config = gather_config_json(config)
@@ -676,7 +682,7 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
     data_e = write_input_data(os.path.join(tmp, f"h200_{tag}_sla.json"), mix_entries(slas))
     data_n = write_input_data(os.path.join(tmp, f"h200_{tag}.json"), mix_entries(None))
     run = {"profile": prof_name, "label": label or f"{prof_name} EMULATED",
-           "intake": EXPLICIT_INTAKE, "cost_mode": H200_MODE, "time_scale": ts,
+           "intake": bench.explicit_intake, "cost_mode": H200_MODE, "time_scale": ts,
            "sla_classes_ms": slas,
            "capacity_rps": cap, "native_max_batch_size": H200_NATIVE_MAX_BATCH,
            "warmup_s": warm, "measure_s": rows_timing.measure_s,
@@ -856,8 +862,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES))
     parser.add_argument("--cost-modes", nargs="+", default=list(COST_MODES))
     parser.add_argument("--out-dir", default=OUT_DIR)
+    parser.add_argument("--intake", choices=(EXPLICIT_INTAKE, "gather"), default=EXPLICIT_INTAKE,
+                        help="the plugin's intake in every block (default: the shipped "
+                             f"one, {EXPLICIT_INTAKE}; another is a variant, named so in "
+                             "the report)")
     parser.add_argument("--render", metavar="PICKLE",
                         help="only rewrite the report from a previous run's bench.pickle")
+    argv = sys.argv[1:] if argv is None else argv  # the command the report names
     args = parser.parse_args(argv)
     from benchmarks import bench_report  # noqa: PLC0415 - matplotlib only here
 
@@ -875,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{platform.python_version()}",
                      "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "capacity_sample": CAPACITY_SAMPLE, "target_capacity_rps": TARGET_CAPACITY_RPS,
-                     "baseline": baseline}
+                     "baseline": baseline, "explicit_intake": args.intake}
     log_path = os.path.join(args.out_dir, "tritonserver.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -886,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
     if SERVER_BLOCKS & set(args.blocks):
         with server:
             log(f"server ready (gRPC {server.grpc_url})")
-            bench = Bench(server, models)
+            bench = Bench(server, models, args.intake)
             try:
                 if "ts1" in args.blocks:
                     results["ts1"] = run_ts1_block(bench, args.quick)

@@ -69,6 +69,11 @@ def _batcher_in_front(model: mc.ModelConfig, max_hand_over: int, priority_levels
             tensor.allow_ragged_batch = True
     batcher = model.dynamic_batching
     batcher.max_queue_delay_microseconds = 0
+    # Triton refuses a preferred size above max_batch_size; its auto-complete writes
+    # [max_batch_size] into a config it serves back, so a smaller hand-over drops it.
+    kept = [size for size in batcher.preferred_batch_size if size <= max_hand_over]
+    del batcher.preferred_batch_size[:]
+    batcher.preferred_batch_size.extend(kept)
     batcher.priority_levels = priority_levels
     batcher.default_priority_level = priority_levels
     return model

@@ -108,3 +108,14 @@ def test_the_json_form_switches_to_gather_as_the_text_form_does():
     assert json_format.ParseDict(switched, mc.ModelConfig()) == parse(gather_config(text))
     assert switched["parameters"]["intake"] == {"string_value": "gather"}
     assert "default_queue_policy" not in switched["dynamic_batching"]
+
+
+def test_a_config_served_back_with_a_preferred_size_above_the_hand_over_still_loads():
+    # Triton's auto-complete serves the shipped hold config back with
+    # preferred_batch_size [1024]; gather's hand-over is 512, and Triton refuses a
+    # preferred size above max_batch_size ("failed to poll from model repository").
+    served = json_format.MessageToDict(parse(_shipped()), preserving_proto_field_name=True)
+    served["dynamic_batching"]["preferred_batch_size"] = [64, HOLD_MAX_HAND_OVER]
+    switched = gather_config_json(served)
+    assert int(switched["max_batch_size"]) < HOLD_MAX_HAND_OVER
+    assert [int(s) for s in switched["dynamic_batching"]["preferred_batch_size"]] == [64]
