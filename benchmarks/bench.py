@@ -671,7 +671,7 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
     ``label`` its name in the report."""
     ts = float(time_scale)
     params = {**emulated_params(prof_name, H200_MODE, ts), **(extra_params or {})}
-    params_e = params  # the shipped intake (EXPLICIT_INTAKE)
+    params_e = params  # the run's intake: Bench.configure sets a variant's
     slas = tuple(c * ts for c in SLA_CLASSES_MS)
     timeout_s = CLIENT_TIMEOUT_SLAS * max(slas) / 1000.0
     warm = rows_timing.warmup_s
@@ -772,7 +772,7 @@ def run_h200_block(bench: Bench, quick: bool) -> dict:
         # device speed (x0.01 would make every request infeasible)
         ts = HOST_BOUND_TIME_SCALE
         params = emulated_params(H200, H200_MODE, ts)
-        params_e = params  # the shipped intake
+        params_e = params  # the run's intake: Bench.configure sets a variant's
         setting = out["runs"][1]["native_setting"]  # h200_minilm at time scale 1
         peak_ms = peak_window_ms(quick, ts)
         data_e = write_input_data(os.path.join(tmp, "h200_host_sla.json"),

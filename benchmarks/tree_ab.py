@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
 
 from benchmarks import intake_check as ic
-from benchmarks.repository import edit_model, set_max_batch_size
+from benchmarks.repository import copy_model, edit_model, set_max_batch_size
 from triton_backend.launcher import TritonServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,12 +53,7 @@ def run(args, tmp: str, tree: str) -> int:
     flat = args.profile == "flat"
     hold = ic._variant(repo, "hold", args.time_scale, flat)
     ic._native(repo, hold, args.time_scale, flat)
-    shutil.copytree(os.path.join(repo, hold), os.path.join(repo, BASELINE))
-    config = os.path.join(repo, BASELINE, "config.pbtxt")
-    with open(config) as fh:
-        text = fh.read().replace(f'name: "{hold}"', f'name: "{BASELINE}"')
-    with open(config, "w") as fh:
-        fh.write(text)
+    copy_model(hold, repo, BASELINE, source=repo)
     with open(os.path.join(repo, BASELINE, "1", "model.py"), "w") as fh:
         fh.write(f"import sys\nsys.path.insert(0, {tree!r})\n"
                  "from triton_backend.triton_models import ExplicitModel as TritonPythonModel"
