@@ -59,16 +59,16 @@ OPEN_LOOP_RPS = 600.0
 # every stage's entry functions (a stage entered straight from another's entry counts for
 # the outer one; one entered through a helper of another stage may count twice).
 STAGES = {
-    "execute() and decode": ("_decode", "_decode_call", "decode_request", "decode_generic"),
-    "enqueue": ("_submit_call", "submit"),
+    "execute() and decode": ("decode_call", "decode_request", "decode_generic"),
+    "enqueue": ("submit_locked", "submit"),
     "decide": ("decide", "schedule", "tick"),
     "batch assembly and executor": ("_run_executor",),
     "build the response": ("_embedding_response", "_outputs_response"),
     "send": ("_send",),
     "metrics": ("on_batch", "on_dispatch", "on_response", "on_rejected", "flush",
                 "on_event"),
-    "cancellation checks": ("_drop_cancelled", "_sweep_cancelled", "_is_cancelled"),
-    "logging": ("_log_zone_change", "_maybe_log_stats"),
+    "cancellation checks": ("_drop_cancelled", "_sweep_cancelled", "is_cancelled"),
+    "logging": ("_log_zone_change", "maybe_log_stats"),
     "waits and wake-ups": ("wait", "notify", "notify_all", "get", "put", "after_queued",
                            "batch_finished_locked"),
 }

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .cost_model import batch_shape, cost_ms
-from .policy import QueueFull, decide, wake_time
+from .engine import Engine
 from .profile import CostModelConfig
 from .request import QueuedRequest
 
@@ -65,6 +65,7 @@ def simulate_fleet(policies: Sequence[Any], arrivals: Sequence[Any],
 class _Fleet:
     def __init__(self, policies, arrivals, cost_model, cost_mode, time_scale, warmup_s):
         self.policies, self.arrivals = list(policies), list(arrivals)
+        self.engines = [Engine(p) for p in self.policies]
         self.cost_model, self.cost_mode, self.time_scale = cost_model, cost_mode, time_scale
         n = len(self.policies)
         self.on_device = [False] * n  # instance i's batch is queued on or running on it
@@ -108,8 +109,8 @@ class _Fleet:
                 continue  # decide once per instant, after all its events
             for i in range(len(self.policies)):
                 self._maybe_dispatch(i, now, heap, seq)
-        for policy in self.policies:  # whatever is left counts as refused
-            self.rejected += len(policy.drain())
+        for engine in self.engines:  # whatever is left counts as refused
+            self.rejected += len(engine.drain())
         duration = max(last_arrival_s - warmup_s, 1e-9)
         osc = oscillation(self.windows, self.zones, sample_s)
         return FleetResult(len(self.policies), len(self.arrivals), self.met, self.missed,
@@ -119,11 +120,8 @@ class _Fleet:
 
     def _arrive(self, k: int, now: float) -> None:
         a = self.arrivals[k]
-        try:
-            self.policies[k % len(self.policies)].submit(
-                QueuedRequest(k, a.seq_len, now, a.sla_ms), now)
-        except QueueFull:
-            self.rejected += 1
+        self.rejected += len(self.engines[k % len(self.engines)].submit(
+            [QueuedRequest(k, a.seq_len, now, a.sla_ms)], now))
 
     def _utilization(self, now: float) -> float:
         start = now - UTILIZATION_WINDOW_S
@@ -134,9 +132,9 @@ class _Fleet:
 
     def _tick(self, now: float) -> None:
         util = self._utilization(now)
-        for policy in self.policies:
+        for policy, engine in zip(self.policies, self.engines):
             policy.set_external_utilization(util, now, "nvml")
-            policy.tick(now)
+            engine.tick(now)
 
     def _sample(self, now: float) -> None:
         for i, policy in enumerate(self.policies):
@@ -145,20 +143,20 @@ class _Fleet:
             self.zones[i].append(int(stats.zone))
 
     def _maybe_dispatch(self, i: int, now: float, heap, seq) -> None:
-        policy = self.policies[i]
-        if self.on_device[i] or not policy.queue_depth:
+        engine = self.engines[i]
+        if self.on_device[i] or not engine.queue_depth:
             return
-        decision = decide(policy, now)
-        self.rejected += len(decision.rejected)
-        if decision.batch:
-            shape = batch_shape([r.seq_len for r in decision.batch], self.cost_mode)
+        step = engine.step(now)
+        self.rejected += len(step.refused)
+        if step.batch:
+            shape = batch_shape([r.seq_len for r in step.batch], self.cost_mode)
             duration = cost_ms(self.cost_model, shape) * self.time_scale / 1000.0
-            policy.batch_started(decision.batch, now)
+            engine.started(step.batch, now)
             self.on_device[i] = True
-            self.device_queue.append((i, decision.batch, now, duration))
+            self.device_queue.append((i, step.batch, now, duration))
             self._start_device(now, heap, seq)
             return
-        wake_at = wake_time(decision, now)
+        wake_at = step.wake_at_s
         if wake_at is not None:
             self.wake_gen[i] += 1
             heapq.heappush(heap, (wake_at, WAKE, next(seq), (i, self.wake_gen[i])))
@@ -183,7 +181,7 @@ class _Fleet:
                 self.met += 1
             else:
                 self.missed += 1
-        self.policies[i].batch_finished(batch, submitted, now)
+        self.engines[i].finished(batch, submitted, now)
         self._start_device(now, heap, seq)
 
 

@@ -5,10 +5,9 @@ emulated device sleeps (``triton_backend.executors.EmulatedDevice``)::
 
     device_ms = cost_ms(cost_model, batch_shape(lengths, cost_mode)) * time_scale
 
-The policy is driven exactly as the Triton adapter drives the scheduler: ``submit`` on each
-arrival, ``schedule`` whenever the device is free, ``batch_started`` / ``batch_finished``
-around each batch, and ``tick(now_s)`` every ``control_period_s`` (the rules of ``policy.py``,
-through its ``decide`` and ``wake_time``).
+The policy is driven through the same ``Engine`` as the server's drivers (``engine.py``):
+``submit`` on each arrival, ``step`` whenever the device is free, ``started`` / ``finished``
+around each batch, and ``tick(now_s)`` every ``control_period_s``.
 
 The core is SimPy's: a heap of ``(time, priority, seq, event)`` where ``seq`` comes from an
 ``itertools.count()``, so simultaneous events always run in the same order and a run is a
@@ -29,7 +28,8 @@ import math
 from typing import Any, Sequence
 
 from .cost_model import batch_shape, cost_ms
-from .policy import BatchingPolicy, QueueFull, RejectReason, decide, wake_time
+from .engine import Engine
+from .policy import BatchingPolicy, RejectReason
 from .profile import CostModelConfig
 from .request import QueuedRequest
 from .sim_result import MET, MISSED, PENDING, REJECTED, SimResult, summarise
@@ -62,7 +62,7 @@ def simulate(policy: BatchingPolicy, arrivals: Sequence[Any], cost_model: CostMo
         raise ValueError(f"control_period_s must be > 0 (got {control_period_s!r})")
     started_wall = wall_clock() if wall_clock is not None else 0.0
     run = _Run(arrivals, cost_model, cost_mode, time_scale)
-    run.events(policy, control_period_s, drain_timeout_s)
+    run.events(Engine(policy), control_period_s, drain_timeout_s)
     run.give_up_unfinished()
     wall = (wall_clock() - started_wall) if wall_clock is not None else 0.0
     return run.result(name if name is not None else type(policy).__name__, wall)
@@ -95,7 +95,7 @@ class _Run:
         self.busy_total = 0.0
         self.last_finish_s = times[-1] if n else 0.0
 
-    def events(self, policy: BatchingPolicy, control_period_s: float,
+    def events(self, engine: Engine, control_period_s: float,
                drain_timeout_s: float) -> None:
         """The event loop (see the module docstring for its order of events)."""
         n, times = self.n, self.times
@@ -117,14 +117,14 @@ class _Run:
                     push(heap, (times[payload + 1], ARRIVAL, next(seq), payload + 1))
                 else:
                     arrivals_done = True
-                self.arrive(policy, payload, now)
+                self.arrive(engine, payload, now)
             elif kind == COMPLETION:
                 busy = False
-                self.complete(policy, payload[0], payload[1], now)
+                self.complete(engine, payload[0], payload[1], now)
             elif kind == TICK:
-                policy.tick(now)
+                engine.tick(now)
                 nxt = payload * control_period_s
-                if nxt <= horizon_s and not (arrivals_done and not busy and not policy.queue_depth):
+                if nxt <= horizon_s and not (arrivals_done and not busy and not engine.queue_depth):
                     push(heap, (nxt, TICK, next(seq), payload + 1))
             elif payload != wake_gen:  # WAKE
                 continue  # stale: superseded by a later decision
@@ -132,29 +132,27 @@ class _Run:
                 pending_wake_s = None
             # Decide once per instant, after every event at this time (simultaneous arrivals
             # batch together), and only while the device is free and work is queued.
-            if busy or (heap and heap[0][0] <= now) or not policy.queue_depth:
+            if busy or (heap and heap[0][0] <= now) or not engine.queue_depth:
                 continue
-            # The device is free: ask the policy (policy.decide re-asks while a flush sheds).
-            decision = decide(policy, now, arrivals_done)
-            for req, reason in decision.rejected:
+            # The device is free: step (the engine re-asks while a flush only sheds).
+            step = engine.step(now, arrivals_done)
+            for req, reason in step.refused:
                 self.reject(req.request_id, reason, now)
-            if decision.batch:
+            if step.batch:
                 busy = True
                 wake_gen += 1
                 pending_wake_s = None
-                push(heap, (self.start(policy, decision, now), COMPLETION, next(seq),
-                            (decision.batch, now)))
+                push(heap, (self.start(engine, step.decision, now), COMPLETION, next(seq),
+                            (step.batch, now)))
                 continue
-            wake_at = wake_time(decision, now)
+            wake_at = step.wake_at_s
             if wake_at is not None and wake_at != pending_wake_s and wake_at <= horizon_s:
                 wake_gen += 1
                 pending_wake_s = wake_at
                 push(heap, (wake_at, WAKE, next(seq), wake_gen))
 
-    def arrive(self, policy: BatchingPolicy, i: int, now: float) -> None:
-        try:
-            policy.submit(QueuedRequest(i, self.lengths[i], self.times[i], self.slas[i]), now)
-        except QueueFull:
+    def arrive(self, engine: Engine, i: int, now: float) -> None:
+        if engine.submit([QueuedRequest(i, self.lengths[i], self.times[i], self.slas[i])], now):
             self.reject(i, RejectReason.QUEUE_FULL, now)
 
     def reject(self, rid: int, reason: str, now_s: float) -> None:
@@ -164,14 +162,14 @@ class _Run:
             reason = str(reason)  # plain keys in the result
             self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
 
-    def start(self, policy: BatchingPolicy, decision, now: float) -> float:
+    def start(self, engine: Engine, decision, now: float) -> float:
         """Run ``decision.batch`` on the device from ``now``; returns its end time."""
         batch = decision.batch
         shape = batch_shape([r.seq_len for r in batch], self.cost_mode)
         duration = cost_ms(self.cost_model, shape) * self.time_scale / 1000.0
         for req in batch:
             self.dispatch[req.request_id] = now
-        policy.batch_started(batch, now)
+        engine.started(batch, now)
         end = now + duration
         self.n_batches += 1
         self.batched_requests += shape.batch_size
@@ -184,7 +182,7 @@ class _Run:
         _add_busy(self.busy_bins, now, end, duration)
         return end
 
-    def complete(self, policy: BatchingPolicy, batch, started: float, now: float) -> None:
+    def complete(self, engine: Engine, batch, started: float, now: float) -> None:
         self.last_finish_s = now
         finish, outcome = self.finish, self.outcome
         for req in batch:
@@ -192,7 +190,7 @@ class _Run:
             finish[rid] = now
             outcome[rid] = MET if (now - req.arrival_s) * 1000.0 <= req.sla_ms + _SLA_EPS_MS \
                 else MISSED
-        policy.batch_finished(batch, started, now)
+        engine.finished(batch, started, now)
 
     def give_up_unfinished(self) -> None:
         """Requests still unanswered when the run ends count as rejected."""

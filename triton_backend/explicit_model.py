@@ -7,10 +7,11 @@ Lifecycle, as the Python backend calls it:
     load), choose the profile, the executor (in process, or BLS to ``inner_model``) and the
     intake, and start the threads that intake needs.
 ``execute(requests)``
-    Decode each request (an invalid one is answered INVALID_ARG at once) and hand the rest
-    to the ``Dispatcher``. With ``intake: hold`` (the default) this call decides, runs and
-    answers its own requests and returns their responses, so a stub crash leaves them to
-    Triton; with release or gather it queues them for the scheduler thread and returns.
+    Hand the call to the intake's driver. With ``intake: hold`` (the default,
+    ``hold_driver.HoldDriver``) the call decides, runs and answers its own requests and
+    returns their responses, so a stub crash leaves them to Triton; with release or gather
+    (``threaded_driver.ThreadedDriver``) it queues them for the scheduler thread and
+    returns. Both carry out the engine's steps through one ``runner.Runner``.
 ``finalize()``
     Stop taking requests, serve what is queued, fail what is left, stop the threads.
 
@@ -19,9 +20,7 @@ Every request ends with exactly one response or one error.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import threading
 import time
@@ -29,27 +28,27 @@ import traceback
 
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.request import QueuedRequest
+from scheduler_core.engine import Engine
 from scheduler_core.scheduler import Scheduler
-from sidecar.sampler import HEALTH_VALUE, SampleFile, Sidecar, usable
+from sidecar.sampler import SampleFile, Sidecar
 
+from .answers import Answers
 from .bls import BLSExecutor, GenericBLSExecutor
 from .control_metrics import ControlMetrics
-from .metric_catalog import SIDECAR_DISABLED
-from .dispatcher import Dispatcher, Pending, reply
+from .decode import check_numpy, placeholder_inputs
 from .executors import EmulatedDevice
+from .hold_driver import HoldDriver
 from .intake import make_intake
-from .waker import Waker
 from .load_calibration import calibrate_at_load
 from .model_loading import (LoadRefused, check_inner_model, choose_intake, inner_contract,
                             instance_index, instance_placement, is_embedding_contract,
                             load_profile, make_executor, queue_prefetches)
 from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
-from .request_decoding import RequestError
 from .responder import Responder
-from .hold_driver import HoldDriver
-from .responses import check_numpy, decode, decode_all, error, placeholder_inputs
+from .runner import Perception, Runner
+from .threaded_driver import ThreadedDriver
 from .timeline import TIMELINE_ENV, Timeline
+from .waker import Waker
 
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
 # model profiles its execute() calls, its scheduler thread and its responder thread
@@ -112,9 +111,8 @@ class ExplicitModel:
         self.scheduler = Scheduler.from_profile(self.profile, time_scale,
                                                 seed=instance_index(args))
         self._control_period_s = self.profile.control.control_period_ms / 1000.0
-        self._ids = itertools.count()
         lock = threading.RLock()
-        self._cond = threading.Condition(lock)  # the scheduler thread waits on it
+        self._cond = threading.Condition(lock)  # guards the engine; threads wait on it
         # CPU seconds of the stub's threads (execute(), the scheduler loop, the
         # responders), logged at unload: where the per-request host cost goes.
         self._thread_cpu_s = {"execute": 0.0, "loop": 0.0, "respond": 0.0}
@@ -134,35 +132,29 @@ class ExplicitModel:
             self._profilers = {name: cProfile.Profile(time.thread_time)
                                for name in ("execute", "loop", "respond")}
         self._start_sidecar()
-        threaded = self.intake.threaded
-        # An intake that is not threaded (hold) decides, runs and answers inside execute()
-        # (the calling thread): no scheduler thread, no responders, no hand-over.
-        self._responder = Responder(settings.responder_threads, self._profilers.get("respond"),
-                                    self._add_respond_cpu) if threaded else None
-        self.dispatcher = Dispatcher(
-            self.model_name, self.scheduler, self._cond, self.intake, self.metrics,
-            self.executor, self.contract, self._apply_perception, self._responder,
-            self._control_period_s, settings.loop_fault_token)
-        self._thread = None
-        if threaded:
-            self._thread = threading.Thread(target=self._run_loop, name="explicit-scheduler",
-                                            daemon=True)
-            self._thread.start()
+        self.runner = Runner(
+            self.model_name, Engine(self.scheduler), self._cond, Answers(self.metrics),
+            self.metrics, self.executor, self.contract,
+            Perception(self._sidecar, self._sidecar_max_age_s), settings.loop_fault_token)
         self._metrics_stop = threading.Event()
         self._metrics_thread = None
-        if not threaded:
+        self._waker = None
+        default_sla_ms = self.profile.scheduler.default_sla_ms
+        if self.intake.threaded:  # a scheduler thread decides; responder threads answer
+            self.driver = ThreadedDriver(
+                self.runner, self.intake,
+                Responder(settings.responder_threads, self._profilers.get("respond"),
+                          self._add_respond_cpu),
+                default_sla_ms, self._control_period_s, self._profilers.get("loop"))
+        else:  # execute() decides, runs and answers: no scheduler thread, no responders
             self._metrics_thread = threading.Thread(target=self._metrics_loop, daemon=True,
                                                     name="explicit-metrics")
             self._metrics_thread.start()
-        self._start_waker()
-        self._hold = None
-        if not threaded:
-            self._hold = HoldDriver(
-                self.model_name, self.dispatcher, self.intake,
-                lambda requests: decode_all(requests, self.contract),
-                self.profile.scheduler.default_sla_ms,
+            self._start_waker()
+            self.driver = HoldDriver(
+                self.runner, self.intake, default_sla_ms,
                 Timeline(self.model_name, os.environ.get(TIMELINE_ENV) or None),
-                is_wake=self._is_wake if self._waker is not None else None)
+                waker=self._waker, is_wake=self._is_wake if self._waker is not None else None)
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
@@ -201,18 +193,6 @@ class ExplicitModel:
         self._waker = (Waker(wake_after_us / 1e6, self._send_wake).start()
                        if wake_after_us > 0 else None)
 
-    def _apply_perception(self, now: float) -> float:
-        """Feed the latest sidecar sample to the scheduler (never blocks; under the lock).
-        Returns the sidecar health for the metric (-1 when there is no sidecar)."""
-        if self._sidecar is None:
-            return SIDECAR_DISABLED
-        sample = self._sidecar.latest()
-        ok = usable(sample, now, self._sidecar_max_age_s)
-        self.scheduler.set_perception_health(ok)
-        if ok and sample.utilization is not None:
-            self.scheduler.set_external_utilization(sample.utilization, sample.taken_s, "nvml")
-        return HEALTH_VALUE.get(sample.health, 0.0) if sample is not None else 0.0
-
     # -- arrivals (Triton's thread) ---------------------------------------------------
     def execute(self, requests):
         cpu0 = time.thread_time()
@@ -220,59 +200,11 @@ class ExplicitModel:
         if profiler is not None:
             profiler.enable()
         try:
-            return (self._execute_queued(requests) if self.intake.threaded
-                    else self._execute_held(requests))
+            return self.driver.execute(requests)
         finally:
             if profiler is not None:
                 profiler.disable()
             self._thread_cpu_s["execute"] += time.thread_time() - cpu0
-
-    def _decode_call(self, requests, arrival: float) -> tuple[list[QueuedRequest], float]:
-        """A threaded intake's call: its valid requests as queued requests (an invalid one
-        is answered INVALID_ARG at once), and the smallest SLA among them."""
-        queued: list[QueuedRequest] = []
-        min_sla_ms = math.inf
-        for request in requests:
-            handle = Pending(request, request.get_response_sender(), None)
-            try:
-                decoded = self._decode(request)
-            except RequestError as exc:
-                self.metrics.on_rejected("invalid_input")
-                reply(handle, error(str(exc), pb_utils.TritonError.INVALID_ARG))
-                continue
-            handle.input_ids = decoded.input_ids
-            handle.decoded = decoded if self.contract else None
-            sla_ms = decoded.sla_ms or self.profile.scheduler.default_sla_ms
-            min_sla_ms = min(min_sla_ms, sla_ms)
-            queued.append(QueuedRequest(next(self._ids), int(decoded.input_ids.size),
-                                        arrival, sla_ms, handle))
-        return queued, min_sla_ms
-
-    def _decode(self, request):
-        return decode(request, self.contract)
-
-    def _execute_queued(self, requests):
-        """A threaded intake (release, gather): queue the call's requests for the scheduler
-        thread and return (gather: once the batch in flight has ended)."""
-        now = time.monotonic()
-        queued, min_sla_ms = self._decode_call(requests,
-                                                  self.intake.call_arrival(now, len(requests)))
-        generation = self.intake.generation()  # a release from now on lets it return
-        self.dispatcher.submit(queued, now)
-        self.intake.after_queued(len(requests), min_sla_ms, generation)
-        return None
-
-    def _execute_held(self, requests):
-        """intake hold: ``hold_driver.HoldDriver`` decides, runs and answers this call's
-        requests in this thread and returns their answers (the waker hears of the call)."""
-        waker = self._waker
-        if waker is None:
-            return self._hold.execute(requests)
-        waker.call_started()
-        responses = self._hold.execute(requests)
-        waker.call_returned(time.monotonic(),
-                            answered_real=self._hold.last_wakes < len(requests))
-        return responses
 
     @staticmethod
     def _is_wake(request) -> bool:
@@ -288,18 +220,6 @@ class ExplicitModel:
         return not response.has_error()
 
     # -- threads ----------------------------------------------------------------------
-    def _run_loop(self) -> None:
-        """The scheduler thread (release, gather)."""
-        profiler = self._profilers.get("loop")
-        if profiler is not None:
-            profiler.enable()  # this thread only
-        try:
-            self.dispatcher.run_thread()
-        finally:
-            if profiler is not None:
-                profiler.disable()
-            self._thread_cpu_s["loop"] += time.thread_time()
-
     def _add_respond_cpu(self, seconds: float) -> None:
         with self._cond:
             self._thread_cpu_s["respond"] += seconds
@@ -313,8 +233,8 @@ class ExplicitModel:
             try:
                 now = time.monotonic()
                 with self._cond:
-                    health = self._apply_perception(now)
-                self.dispatcher.flush_metrics_if_due(now, health)
+                    health = self.runner.perceive(now)
+                self.runner.flush_metrics_if_due(now, health)
             except Exception:  # the metrics must never take the model down
                 pb_utils.Logger.log_warn(f"{self.model_name}: metrics flush failed:\n"
                                          f"{traceback.format_exc()}")
@@ -324,28 +244,24 @@ class ExplicitModel:
         if self._waker is not None:  # no wake request may be under way at unload
             self._waker.stop(timeout_s=WAKE_STOP_WAIT_S)
         with self._cond:
-            self.dispatcher.stopping = True
+            self.runner.stopping = True
             self._cond.notify_all()
-            self.intake.stop_locked()
-        if self._thread is not None:  # intake hold has none: its calls answered everything
-            self._thread.join(timeout=SHUTDOWN_DRAIN_S)
+        self.driver.stop(SHUTDOWN_DRAIN_S)  # the threaded driver serves what is queued
         self._metrics_stop.set()
         if self._metrics_thread is not None:
             self._metrics_thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
         self.metrics.close()
-        self.dispatcher.drain()
-        if self._responder is not None:  # sends everything queued, then ends
-            self._responder.stop(SHUTDOWN_DRAIN_S)
+        self.runner.refuse_queued("unloaded", "model unloaded before the request ran")
+        self.driver.close(SHUTDOWN_DRAIN_S)  # the responders send everything
+        self._thread_cpu_s["loop"] += getattr(self.driver, "cpu_s", 0.0)
         for name, profiler in self._profilers.items():
             os.makedirs(self._profile_dir, exist_ok=True)
             profiler.dump_stats(os.path.join(self._profile_dir, f"{self.model_name}.{name}.pstats"))
         cpu = " ".join(f"{k}={v:.2f}" for k, v in self._thread_cpu_s.items())
-        if self._hold is not None:
-            self._hold.timeline.flush()
         pb_utils.Logger.log_info(
             f"{self.model_name}: unloading; thread CPU s: {cpu}; "
-            f"requests={self.dispatcher.arrivals};{self.intake.summary()}"
-            + (self._hold.timeline.summary() if self._hold is not None else "")
+            f"requests={self.runner.arrivals};{self.intake.summary()}"
+            + self.driver.summary()
             + (self._waker.summary() if self._waker is not None else ""))

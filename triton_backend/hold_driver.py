@@ -26,50 +26,44 @@ Invariants:
   its prefetch off); one handed over in time has the shorter of its SLA and its
   timeout as its deadline (``request_decoding.decode_sla``).
 
-Every call leaves one ``CallRecord`` on the ``Timeline`` (what the call did and how long
+The driver holds no scheduling logic: ``runner.Runner`` carries out the engine's steps
+(``scheduler_core/engine.py``), ``decode.decode_call`` decodes, and the call's answers
+are its ``answers.CallList``. Every call leaves one ``CallRecord`` on the ``Timeline`` (what the call did and how long
 each part took); ``timeline.py`` writes it out for ``scripts/host_ledger.py``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Callable, Sequence
 
-import triton_python_backend_utils as pb_utils
-
+from scheduler_core.engine import AS_HANDED
 from scheduler_core.request import QueuedRequest
 
-from .dispatcher import Dispatcher, Pending
+from .answers import CallList, Ticket
+from .decode import decode_call
 from .intake import HoldIntake
-from .metric_catalog import AS_HANDED
-from .request_decoding import RequestError
-from .responses import built, error, send
+from .runner import Runner
 from .timeline import CallRecord, Timeline
-
-_SENT = object()  # a slot of the call's list whose answer was already sent early
 
 
 class HoldDriver:
     """Drives one model's ``execute()`` calls under intake hold (see the module doc).
+    ``is_wake(request)`` tells the waker's own wake requests (answered empty)."""
 
-    ``decode_all(requests)`` returns, for each, a decoded request or the ``RequestError``
-    naming its problem; ``is_wake(request)`` tells the waker's own wake requests
-    (answered empty)."""
-
-    def __init__(self, model_name: str, dispatcher: Dispatcher, intake: HoldIntake,
-                 decode_all: Callable, default_sla_ms: float, timeline: Timeline,
-                 is_wake: Callable | None = None,
+    def __init__(self, runner: Runner, intake: HoldIntake, default_sla_ms: float,
+                 timeline: Timeline, waker=None, is_wake: Callable | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.model_name = model_name
-        self.dispatcher = dispatcher
+        self.runner = runner
+        self.waker = waker  # waker.Waker, told of every call (None: no wake requests)
         self.intake = intake
-        self._decode_all_of = decode_all
         self._default_sla_ms = default_sla_ms
         self._is_wake = is_wake
         self._clock = clock
         self.timeline = timeline
-        self._next_id = 0
+        self._ids = itertools.count(1)
         self.early_sends = 0
         self.last_wakes = 0  # wake requests in the last call (the waker asks)
 
@@ -77,88 +71,68 @@ class HoldDriver:
     def execute(self, requests: Sequence) -> list:
         """One ``execute()`` call: its answers, one per request (``None`` where an answer
         was sent early)."""
+        runner = self.runner
+        if self.waker is not None:
+            self.waker.call_started()
         now = self._clock()
         record = self.timeline.begin(now, len(requests))
         arrival, handed_over = self.intake.admission_arrival(now, len(requests))
         record.arrival_s, record.handed_over = arrival, handed_over
-        responses: list = [None] * len(requests)
-        deadlines = [math.inf] * len(requests)
+        answers = CallList(requests)
         earliest = self.intake.earliest_arrival(now)
-        queued, wakes, expired = self._decode_all(requests, arrival, responses, deadlines,
-                                                  earliest)
+        tickets = [Ticket(r, answers, slot=i, earliest_s=earliest)
+                   for i, r in enumerate(requests)]
+        call = decode_call(requests, runner.contract, tickets, arrival, self._clock(),
+                           self._default_sla_ms, self._ids, self._is_wake)
         record.decoded_s = self._clock()
-        if expired:
-            self.dispatcher.hand_over_expired(expired, len(queued))
-        as_handed = self.dispatcher.run_as_handed(queued) if queued else None
-        if as_handed is not None:  # one batch, as Triton handed it over
-            started, estimated_ms = as_handed
-            record.batch(len(queued), 0, started, self._clock(), estimated_ms, AS_HANDED)
-        else:
-            self.dispatcher.submit(queued, now)
-            self._run(requests, responses, deadlines, record, self._budget_sla_ms(queued))
+        runner.answers.refuse_each(call.invalid, "invalid_input")
+        if call.expired:
+            runner.answers.refuse_each(call.expired, "timed_out")
+            with runner.cond:  # late, for the scheduler's late share
+                runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
+                                                   len(call.queued))
+        queued = call.queued
+        whole = runner.take_whole(queued) if queued else None
+        if whole is not None:  # one batch, as Triton handed it over
+            record.batch(len(queued), 0, whole.started_s, self._clock(),
+                         whole.step.estimated_ms, AS_HANDED)
+        elif queued:
+            runner.submit(queued, now)
+            self._run(answers, queued, record, self._budget_sla_ms(queued))
         # Built before the call's end is taken: building the responses is the call's work
         # (native's model builds them inside its call too), not the gap after it.
-        answers = [None if r is _SENT else built(r) for r in responses]
+        returned = answers.returned()
         done = self._clock()
         self.intake.call_returned(now, done, len(requests))
-        record.wakes = self.last_wakes = wakes
+        record.wakes = self.last_wakes = call.wakes
+        self.early_sends += answers.early_sends
         self.timeline.end(record, done)
-        self.dispatcher.maybe_log_stats(done)
-        return answers
+        runner.maybe_log_stats(done)
+        if self.waker is not None:
+            self.waker.call_returned(self._clock(), answered_real=call.wakes < len(requests))
+        return returned
 
-    def _decode_all(self, requests, arrival: float, responses: list, deadlines: list,
-                    earliest: float) -> tuple[list[QueuedRequest], int, int]:
-        """The call's valid requests as queued requests, its wake requests and its expired
-        ones: an invalid one is answered INVALID_ARG into its slot, and one whose client
-        timeout has passed (expired) UNAVAILABLE. The call is decoded at once
-        (``decode_all``: one token-range check for all of it)."""
-        queued: list[QueuedRequest] = []
-        wakes = expired = 0
-        now = self._clock()
-        slots = []  # the requests to decode: all but the waker's
-        for i, request in enumerate(requests):
-            if self._is_wake is not None and self._is_wake(request):
-                wakes += 1
-                responses[i] = pb_utils.InferenceResponse()
-            else:
-                slots.append(i)
-        for i, decoded in zip(slots, self._decode_all_of([requests[i] for i in slots])):
-            request = requests[i]
-            if isinstance(decoded, RequestError):
-                self.dispatcher.metrics.on_rejected("invalid_input")
-                responses[i] = error(str(decoded), pb_utils.TritonError.INVALID_ARG)
-                continue
-            handle = Pending(request, None, None, responses=responses, slot=i,
-                             earliest_s=earliest)
-            sla_ms = decoded.sla_ms or self._default_sla_ms
-            timeout_ms = decoded.timeout_ms
-            if timeout_ms and now - arrival >= timeout_ms / 1000.0:
-                self.dispatcher.metrics.on_rejected("timed_out")
-                expired += 1
-                responses[i] = error(
-                    f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
-                    f"waited in Triton's queue (waited at least "
-                    f"{(now - arrival) * 1000.0:.1f} ms)", pb_utils.TritonError.UNAVAILABLE)
-                continue
-            handle.input_ids = decoded.input_ids
-            handle.decoded = decoded if self.dispatcher.contract else None
-            deadlines[i] = arrival + sla_ms / 1000.0
-            self._next_id += 1
-            queued.append(QueuedRequest(self._next_id, int(decoded.input_ids.size),
-                                        arrival, sla_ms, handle))
-        return queued, wakes, expired
+    def stop(self, timeout_s: float) -> None:
+        """Unload: nothing to wait for (every call answered its own requests)."""
 
-    def _run(self, requests, responses: list, deadlines: list, record: CallRecord,
+    def close(self, timeout_s: float) -> None:
+        self.timeline.flush()
+
+    def summary(self) -> str:
+        return self.timeline.summary()
+
+    def _run(self, answers: CallList, queued: list[QueuedRequest], record: CallRecord,
              min_sla_ms: float) -> None:
-        """Decide and run until the call's requests are all answered; between batches,
-        send early only what the call's end would make late. Under a sustained overload
-        the call keeps a budget of a share of ``min_sla_ms`` (the smallest SLA it
-        carries); a call past it that refuses enough is one (``Scheduler.call_overran``)."""
-        dispatcher = self.dispatcher
-        scheduler = dispatcher.scheduler
+        """Step until the call's requests are all answered; between batches, send early
+        only what the call's end would make late. Under a sustained overload the call
+        keeps a budget of a share of ``min_sla_ms`` (the smallest SLA it carries); a call
+        past it that refuses enough is one (``Scheduler.call_overran``)."""
+        runner = self.runner
+        scheduler = runner.scheduler
+        deadlines = {q.handle.slot: q.deadline_s for q in queued}
         budget_s = scheduler.control.overload_call_budget_sla_fraction * min_sla_ms / 1000.0
-        while scheduler.queue_depth:
-            depth = scheduler.queue_depth
+        while runner.engine.queue_depth:
+            depth = runner.engine.queue_depth
             started = self._clock()
             # From the call's second batch on: its first decision measures the late share
             # with this hand-over, so a share left by an earlier load (a quiet spell
@@ -166,25 +140,26 @@ class HoldDriver:
             if record.batches and (
                     started - record.start_s + self._mean_batch_s(record)) > budget_s:
                 if not scheduler.overloaded:  # an overload's onset, maybe: its refusals say
-                    dispatcher.call_overran(sum(b[1] for b in record.batches),
-                                            sum(b[0] + b[1] for b in record.batches))
+                    with runner.cond:
+                        scheduler.call_overran(sum(b[1] for b in record.batches),
+                                               sum(b[0] + b[1] for b in record.batches))
                 if scheduler.overloaded:
-                    self._refuse_rest(record, started, budget_s, len(requests))
+                    self._refuse_rest(record, started, budget_s, len(answers.requests))
                     break
             try:
-                _, decision, _ = dispatcher.dispatch_once(flush=True)
+                step = runner.step(flush=True).step
             except Exception:  # its requests were answered (INTERNAL); serve the rest
-                dispatcher.step_failed()
-                if scheduler.queue_depth >= depth:  # nothing left the queue: stop
-                    dispatcher.answer_queued("scheduler failed before this request ran",
-                                             pb_utils.TritonError.INTERNAL)
+                runner.step_failed()
+                if runner.engine.queue_depth >= depth:  # nothing left the queue: stop
+                    runner.refuse_queued("step_failed",
+                                         "scheduler failed before this request ran")
                 continue
             ended = self._clock()
-            record.batch(len(decision.batch), len(decision.rejected), started, ended,
-                         decision.estimated_ms, decision.former)
-            left = scheduler.queue_depth
+            record.batch(len(step.batch), len(step.refused), started, ended,
+                         step.estimated_ms, step.former)
+            left = runner.engine.queue_depth
             if left:
-                self._send_late_ones(requests, responses, deadlines, record, ended,
+                self._send_late_ones(answers, deadlines, record, ended,
                                      self._remaining_s(record, left))
 
     def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
@@ -193,7 +168,7 @@ class HoldDriver:
         own run time alone is refused at once whatever the load, so it sets no budget
         (else a call carrying one would overrun at its second batch and refuse everyone
         else as overloaded). None meetable: the smallest SLA."""
-        meetable = self.dispatcher.scheduler.min_meetable_sla_ms()
+        meetable = self.runner.scheduler.min_meetable_sla_ms()
         return meetable if meetable < math.inf else min(
             (q.sla_ms for q in queued), default=math.inf)
 
@@ -201,12 +176,11 @@ class HoldDriver:
                      call_size: int) -> None:
         """Under a sustained overload the call has used its budget: refuse what is left,
         now, in the returned list (see ControlConfig.overload_call_budget_sla_fraction)."""
-        left = self.dispatcher.scheduler.queue_depth
-        self.dispatcher.answer_queued(
+        left = self.runner.refuse_queued(
+            "deadline_infeasible",
             f"overloaded: this execute() call used its budget of {budget_s * 1000.0:.1f} ms "
             "(a share of the smallest SLA it carried) while the queue is mostly late; "
-            "refused at hand-over, before its deadline", pb_utils.TritonError.UNAVAILABLE,
-            refused=True, call_size=call_size)
+            "refused at hand-over, before its deadline", call_size=call_size)
         record.batch(0, left, now, now, 0.0, "budget")
 
     @staticmethod
@@ -224,16 +198,14 @@ class HoldDriver:
         spent = sum(b[3] - b[2] for b in record.batches)
         return spent / done * left
 
-    def _send_late_ones(self, requests, responses: list, deadlines: list,
-                        record: CallRecord, now: float, remaining_s: float) -> None:
+    @staticmethod
+    def _send_late_ones(answers: CallList, deadlines: dict, record: CallRecord, now: float,
+                        remaining_s: float) -> None:
         """Send the answers made so far that are in time now and would be late at the
         call's estimated end; the rest wait for the returned list (one already late gains
         its client nothing worth a round trip)."""
         end = now + remaining_s
-        for i, response in enumerate(responses):
-            if response is None or response is _SENT or not now < deadlines[i] < end:
-                continue
-            responses[i] = _SENT
-            send(requests[i].get_response_sender(), built(response))
-            record.early_sends += 1
-            self.early_sends += 1
+        for slot, deadline in deadlines.items():
+            if now < deadline < end and answers.answered(slot):
+                answers.send_now(slot)
+                record.early_sends += 1

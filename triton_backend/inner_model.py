@@ -16,7 +16,8 @@ from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
 from .model_loading import LoadRefused, instance_placement, make_executor
 from .model_settings import ModelSettings, SettingsError
 from .request_decoding import RequestError, decode_padded_batch
-from .responses import check_numpy, error, input_array
+from .answers import error
+from .decode import check_numpy, input_array
 from .timeline import TIMELINE_ENV, Timeline
 
 

@@ -21,17 +21,17 @@ one's ``config.pbtxt``; ``ExplicitModel`` (``explicit_model``) drives them.
   the smallest recent SLA). What arrives meanwhile comes over in ONE call. Like
   ``release``, a crash of the stub loses the requests already handed over.
 
-The driver contract (``ExplicitModel``), for every intake:
+Intake hold is read by its driver (``hold_driver.HoldDriver``): ``admission_arrival``,
+``earliest_arrival`` and ``call_returned``. The threaded intakes (release, gather) follow
+the threaded driver's contract (``threaded_driver.ThreadedDriver``):
 
 1. ``call_arrival(now_s, requests)`` at the start of every ``execute()`` call (``requests``
    of them), before decoding: when they arrived (the deadlines and latency metrics count
    from it).
-2. ``threaded`` says who answers. False (hold): ``execute()`` itself decides, runs and
-   answers, and then calls ``call_returned(start_s, end_s)``. True (release, gather): the
-   driver runs the scheduler thread and the responder threads; ``execute()`` queues the
-   call's requests and, with the driver's lock held, calls ``call_queued_locked()``; then,
-   without the lock, ``after_queued(requests, min_sla_ms, generation)`` (gather parks
-   there) and returns None. ``generation`` is ``generation()`` read before queueing.
+2. ``execute()`` queues the call's requests and, with the driver's lock held, calls
+   ``call_queued_locked()``; then, without the lock, ``after_queued(requests,
+   min_sla_ms, generation)`` (gather parks there) and returns None. ``generation`` is
+   ``generation()`` read before queueing.
 3. The scheduler thread, with the driver's lock held: ``idle_locked()`` before it waits
    for arrivals, ``batch_finished_locked(started_s)`` when the device is free again
    (gather may wait there, on the driver's condition, for the next call).
@@ -124,14 +124,12 @@ def hand_over_s(requests: int, previous_answers: int = 0) -> float:
 
 
 class Intake(Protocol):
-    """One intake (see the module docstring for the driver contract)."""
+    """A threaded intake (see the module docstring for the driver contract)."""
 
     name: str
     threaded: bool
 
     def call_arrival(self, now_s: float, requests: int) -> float: ...
-
-    def call_returned(self, start_s: float, end_s: float) -> None: ...
 
     def generation(self) -> int: ...
 
@@ -149,7 +147,7 @@ class Intake(Protocol):
 
 
 class _Base:
-    """What an intake does not do (every hook a no-op)."""
+    """What a threaded intake does not do (every hook a no-op)."""
 
     name = ""
     threaded = True
@@ -159,9 +157,6 @@ class _Base:
 
     def call_arrival(self, now_s: float, requests: int) -> float:
         return now_s
-
-    def call_returned(self, start_s: float, end_s: float) -> None:
-        pass
 
     def generation(self) -> int:
         return 0
@@ -185,8 +180,9 @@ class _Base:
         return ""
 
 
-class HoldIntake(_Base):
-    """``execute()`` answers its own requests (see the module docstring)."""
+class HoldIntake:
+    """``execute()`` answers its own requests (see the module docstring): what the hold
+    driver needs to date a call's requests."""
 
     name = "hold"
     threaded = False
@@ -196,6 +192,7 @@ class HoldIntake(_Base):
         self._previous_answers = 0  # the answers it returned
 
     def call_arrival(self, now_s: float, requests: int) -> float:
+        """The middle estimate (``hand_over_arrival``): what the latency figures count."""
         return hand_over_arrival(now_s, self._previous, requests, self._previous_answers)
 
     def admission_arrival(self, now_s: float, requests: int) -> tuple[float, bool]:
@@ -216,6 +213,9 @@ class HoldIntake(_Base):
     def call_returned(self, start_s: float, end_s: float, answers: int = 0) -> None:
         self._previous = (start_s, end_s)
         self._previous_answers = answers
+
+    def summary(self) -> str:
+        return ""
 
 
 class ReleaseIntake(_Base):

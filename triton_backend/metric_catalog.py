@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
+from scheduler_core.engine import AS_HANDED
 from scheduler_core.policy import FORMER_NAMES
 
 # formed_batches_total's former labels: the formers a profile can name, and intake hold's
-# batch run as Triton handed it over (Dispatcher.run_as_handed).
-AS_HANDED = "as_handed"
+# batch run as Triton handed it over (Engine.take_whole).
 FORMED_BY = (*FORMER_NAMES, AS_HANDED)
 
 PREFIX = "explicit_batching_"

@@ -28,7 +28,7 @@ RESPONDER_THREADS = 4
 # queued, and as long for the responders: below Triton's default --exit-timeout-secs of 30
 # (a deployment's grace period must cover it: deploy/kubernetes/deployment.yaml).
 SHUTDOWN_DRAIN_S = 20.0
-# Before a batch runs (dispatcher.py), only members that waited at least this long are asked whether their
+# Before a batch runs (runner.py), only members that waited at least this long are asked whether their
 # client cancelled: each question is a round trip to the server (~0.1 ms, measured with
 # cProfile at 300 req/s), and a client rarely gives up within a few ms of sending. It was
 # 20 ms; at the closed-loop peak (64 in flight) most members wait longer than that, and the

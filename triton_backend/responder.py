@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .responses import built, send
+from .answers import built, send
 
 
 class Responder:
@@ -30,9 +30,10 @@ class Responder:
         for thread in self._threads:
             thread.start()
 
-    def put(self, sender, response) -> None:
-        """Send ``response`` (or what the builder ``response`` makes) on ``sender``, soon."""
-        self._outbox.put((sender, response))
+    def deliver(self, ticket, response) -> None:
+        """The outbox of a ``answers.Ticket``: send ``response`` (or what the builder
+        ``response`` makes) on the ticket's response sender, soon."""
+        self._outbox.put((ticket.sender, response))
 
     def stop(self, timeout_s: float) -> None:
         """Send what is queued, then end the threads (waiting up to ``timeout_s``)."""

@@ -7,11 +7,13 @@ from here (exported models too, so the name stays).
 ``ExplicitModel`` (``explicit_model.py``)
     ``*_explicit``: owns its queue and batches with explicit control.
 
-Which modules import ``triton_python_backend_utils`` (only the server's stub has it):
-``inner_model``, ``explicit_model``, ``dispatcher``, ``responder``, ``responses`` and
-``bls``, the ones that touch Triton's request and response objects. The rest of the
-adapter (``model_settings``, ``model_loading``, ``intake``, ``tensor_contract``,
-``request_decoding``, ``executors``, ...) imports none and is unit-tested without a server.
+Which modules import ``triton_python_backend_utils`` (only the server's stub has it; the
+unit tests put a fake in its place, ``tests/unit/triton_backend/fake_pb_utils.py``):
+``inner_model``, ``explicit_model``, ``runner``, ``answers``, ``decode``,
+``control_metrics`` and ``bls``, the ones that touch Triton's request,
+response and metric objects. The rest of the adapter (``model_settings``,
+``model_loading``, ``intake``, ``tensor_contract``, ``request_decoding``, ``executors``,
+...) imports none.
 """
 
 from .explicit_model import ExplicitModel  # noqa: F401

@@ -195,7 +195,7 @@ def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
             finally:
                 _verbose_log(fault_server, 0)
             # The plugin asks only requests that waited CANCEL_CHECK_MIN_WAIT_S (a round
-            # trip each; dispatcher.py): they wait that long before the device frees.
+            # trip each; runner.py): they wait that long before the device frees.
             time.sleep(max(0.0, sent_at + CANCEL_CHECK_MIN_WAIT_S - time.monotonic()))
         results.wait(17)
         errors = {i: err for i, [(_, err)] in results.calls.items() if err is not None}

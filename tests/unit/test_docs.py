@@ -51,3 +51,36 @@ def test_the_readme_is_a_front_door():
     assert len(text.splitlines()) <= README_MAX_LINES
     first_block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     assert first_block.startswith("make serve") and "\nmake test" in first_block
+
+
+# The request walk in docs/code-layout.md: numbered stops, each "`path: Name.attr`".
+WALK_STOP = re.compile(r"^\d+\. `([\w/]+\.py): ([\w.]+)`", re.M)
+WALK_MAX_FILES = 8
+
+
+def _defines(path: str, dotted: str) -> bool:
+    """Whether the module at ``path`` defines ``dotted`` (a function, a class, or a
+    class's method), read from its syntax tree (nothing is imported)."""
+    import ast  # noqa: PLC0415
+
+    scope = ast.parse(_read(path)).body
+    for name in dotted.split("."):
+        found = next((node for node in scope if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name),
+            None)
+        if found is None:
+            return False
+        scope = getattr(found, "body", [])
+    return True
+
+
+def test_the_code_layout_walk_names_what_exists_in_at_most_eight_files():
+    """docs/code-layout.md walks one request under the default intake: every stop's file
+    and function exists, and the walk visits at most WALK_MAX_FILES files."""
+    stops = WALK_STOP.findall(_read(os.path.join(DOCS, "code-layout.md")))
+    assert stops, "no walk in docs/code-layout.md"
+    for path, name in stops:
+        full = os.path.join(REPO_ROOT, path)
+        assert os.path.isfile(full), f"the walk names {path}, which does not exist"
+        assert _defines(full, name), f"the walk names {path}: {name}, which is not defined there"
+    assert len({path for path, _ in stops}) <= WALK_MAX_FILES

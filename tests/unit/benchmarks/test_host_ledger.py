@@ -27,7 +27,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _decode():  # named as the adapter's stage entries are
+def decode_call():  # named as the adapter's stage entries are
     _spin(0.02)
 
 
@@ -44,7 +44,7 @@ def test_stage_split_counts_each_stage_once_on_the_thread_clock(hl, tmp_path):
     prof = cProfile.Profile(time.thread_time)
     prof.enable()
     for _ in range(3):
-        _decode()
+        decode_call()
         submit()
         _send()
         _spin(0.005)  # other

@@ -3,7 +3,7 @@
 
 The fake is installed into ``sys.modules`` when pytest loads this file, which is before it
 imports any test module of this folder, so the adapter modules (``explicit_model``,
-``dispatcher``, ``responses`` ...) bind to it. It is loaded from its path, not imported by
+``runner``, ``answers`` ...) bind to it. It is loaded from its path, not imported by
 name, so nothing depends on how pytest puts this folder on ``sys.path``. The other tests
 here import only modules that need no ``pb_utils``; the fake changes nothing for them.
 """
@@ -84,7 +84,7 @@ class ExecutorSpy:
             self.batches.append([tuple(int(t) for t in s) for s in sequences])
             return original(sequences)
 
-        executor.run = run  # the dispatcher holds the same executor object
+        executor.run = run  # the runner holds the same executor object
 
     @property
     def computed(self) -> list[tuple[int, ...]]:
@@ -148,7 +148,7 @@ def adapter(pb_utils, tmp_path):
 @pytest.fixture
 def cancel_check_now(monkeypatch):
     """Every batch member is asked whether its client cancelled it, whatever its wait
-    (dispatcher.CANCEL_CHECK_MIN_WAIT_S = 0): no test waits for time to pass."""
-    from triton_backend import dispatcher
+    (runner.CANCEL_CHECK_MIN_WAIT_S = 0): no test waits for time to pass."""
+    from triton_backend import runner
 
-    monkeypatch.setattr(dispatcher, "CANCEL_CHECK_MIN_WAIT_S", 0.0)
+    monkeypatch.setattr(runner, "CANCEL_CHECK_MIN_WAIT_S", 0.0)

@@ -2,7 +2,7 @@
 
 ``conftest.py`` in this folder installs this file as ``sys.modules[
 "triton_python_backend_utils"]`` before any adapter module (``explicit_model``,
-``dispatcher``, ``responses`` ...) is imported, so they bind to it.
+``runner``, ``answers`` ...) is imported, so they bind to it.
 
 It mirrors what the adapter uses of python_backend r24.10: ``InferenceResponse``,
 ``TritonError`` (codes as class attributes, ``message()``/``code()``), ``Tensor``,

@@ -5,7 +5,7 @@ exactly once; the plugin counts it (``explicit_batching_cancelled_requests_total
 A real ``ExplicitModel`` on the emulated device runs on the fake pb_utils (conftest.py).
 Nothing is timed: the threaded intakes' device is held at its door (the ``device_gate_file``
 test hook) while requests queue behind it and are cancelled, and "it will happen" is
-``eventually``. ``dispatcher.CANCEL_CHECK_MIN_WAIT_S`` (members are asked only after that
+``eventually``. ``runner.CANCEL_CHECK_MIN_WAIT_S`` (members are asked only after that
 long a wait) is set to 0 by the ``cancel_check_now`` fixture, or the arrival is backdated.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.eventually import eventually
-from triton_backend import dispatcher
+from triton_backend import runner, threaded_driver
 from triton_backend.executors import deterministic_embedding
 
 CANCELLED_TOTAL = "explicit_batching_cancelled_requests_total"
@@ -94,12 +94,12 @@ def test_hold_asks_only_members_that_waited_the_minimum(adapter, pb_utils, monke
                                                         waited):
     """CANCEL_CHECK_MIN_WAIT_S as shipped: a member that waited that long is asked and, cancelled,
     dropped; one that waited less is not asked (a round trip saved) and is computed even if
-    cancelled (documented in dispatcher.py). The wait is set, not slept: the call's
+    cancelled (documented in runner.py). The wait is set, not slept: the call's
     arrival is backdated, or the minimum made unreachable."""
     model = adapter.model("hold")
     spy = adapter.spy(model)
     if waited == "at least the minimum":
-        backdate_s = 10 * dispatcher.CANCEL_CHECK_MIN_WAIT_S
+        backdate_s = 10 * runner.CANCEL_CHECK_MIN_WAIT_S
         arrival = model.intake.admission_arrival
 
         def backdated(now_s, n):
@@ -108,7 +108,7 @@ def test_hold_asks_only_members_that_waited_the_minimum(adapter, pb_utils, monke
 
         monkeypatch.setattr(model.intake, "admission_arrival", backdated)
     else:
-        monkeypatch.setattr(dispatcher, "CANCEL_CHECK_MIN_WAIT_S", math.inf)
+        monkeypatch.setattr(runner, "CANCEL_CHECK_MIN_WAIT_S", math.inf)
     requests = [request(pb_utils, 200 + k) for k in range(3)]
     requests[1].cancelled = True
 
@@ -189,7 +189,7 @@ def test_gather_drops_requests_cancelled_while_queued(adapter, pb_utils, cancel_
     first = hold_first_batch(pb_utils, adapter, model, call)
     queued = [request(pb_utils, 401 + k) for k in range(4)]
     call(queued)  # gather: what queued in Triton meanwhile comes over in one call
-    eventually(lambda: model.dispatcher.arrivals == 1 + len(queued),
+    eventually(lambda: model.runner.arrivals == 1 + len(queued),
                what="the second call's requests queued with the plugin")
     requests, cancelled = [first, *queued], {1, 3}
     cancel_and_release(adapter, pb_utils, requests, cancelled)
@@ -206,8 +206,8 @@ def test_release_sweep_takes_cancelled_requests_out_of_the_queue(adapter, pb_uti
     taken out of the queue must still be answered. The sweep is called from the test while
     the scheduler thread is held at the gate (it runs only when that thread idles, a moment
     no test can pick); members are never asked at dispatch here, so only it can drop them."""
-    monkeypatch.setattr(dispatcher, "CANCEL_CHECK_MIN_WAIT_S", math.inf)
-    monkeypatch.setattr(dispatcher, "CANCEL_SWEEP_PERIOD_S", 0.0)
+    monkeypatch.setattr(runner, "CANCEL_CHECK_MIN_WAIT_S", math.inf)
+    monkeypatch.setattr(threaded_driver, "CANCEL_SWEEP_PERIOD_S", 0.0)
     model = adapter.model("release", gated=True)
     spy = adapter.spy(model)
     first = hold_first_batch(pb_utils, adapter, model, model.execute)
@@ -226,7 +226,7 @@ def test_release_sweep_takes_cancelled_requests_out_of_the_queue(adapter, pb_uti
 
     cancelled_flaky.is_cancelled = cancelled_then_unreachable
 
-    model.dispatcher._sweep_cancelled(model.dispatcher._last_cancel_sweep + 1.0)
+    model.driver._sweep_cancelled(model.driver._last_cancel_sweep + 1.0)
 
     eventually(lambda: pb_utils.answered([cancelled_plain, cancelled_flaky]),
                what="the swept requests answered")

@@ -135,7 +135,7 @@ def test_release_finalize_answers_every_queued_request_once(adapter, pb_utils):
     assert model.scheduler.queue_depth == len(queued)
     unload = threading.Thread(target=adapter.finalize, args=(model,), daemon=True)
     unload.start()
-    eventually(lambda: model.dispatcher.stopping, what="finalize() began")
+    eventually(lambda: model.runner.stopping, what="finalize() began")
     late = fake([70], sla_ms=SLA_MS)
     model.execute([late])
 
@@ -148,4 +148,4 @@ def test_release_finalize_answers_every_queued_request_once(adapter, pb_utils):
     assert pb_utils.error_code(refused) == pb_utils.TritonError.UNAVAILABLE, refused
     assert "shutting down" in refused.error().message()
     assert sorted(spy.computed) == sorted(r.ids for r in [running, *queued])
-    assert not model._thread.is_alive()
+    assert not model.driver._thread.is_alive()

@@ -32,7 +32,7 @@ def test_answers_go_back_with_the_call(adapter, pb_utils):
     assert len(returned) == len(requests)
     for i, req in enumerate(requests):
         assert pb_utils.error_code(the_answer(pb_utils, req, returned, i)) is None
-    assert sent_early(requests) == 0 and model._hold.early_sends == 0
+    assert sent_early(requests) == 0 and model.driver.early_sends == 0
 
 
 def test_a_bad_request_fails_alone(adapter, pb_utils):
@@ -97,9 +97,9 @@ def test_a_timeout_shorter_than_the_sla_is_the_deadline(adapter, pb_utils):
     deadline (an answer after it reaches nobody), and served."""
     model = adapter.model("hold")
     seen = {}  # what either path (run as handed, or submitted) was given
-    for name in ("run_as_handed", "submit"):
-        real = getattr(model.dispatcher, name)
-        setattr(model.dispatcher, name, lambda queued, *args, _real=real: (
+    for name in ("take_whole", "submit"):
+        real = getattr(model.runner, name)
+        setattr(model.runner, name, lambda queued, *args, _real=real: (
             seen.update((q.request_id, q.sla_ms) for q in queued), _real(queued, *args))[1])
     req = pb_utils.FakeRequest([400, 7], sla_ms=SLA_MS, timeout_us=80_000)
 
@@ -115,7 +115,7 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
     deadlines: the answers made so far, still in time, go early through their senders; the
     last batch's come back in the list; each request has one answer either way."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
-    monkeypatch.setattr(type(model._hold), "_remaining_s",
+    monkeypatch.setattr(type(model.driver), "_remaining_s",
                         staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
     requests = requests_of(pb_utils, 10)
 
@@ -124,7 +124,7 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
     for i, req in enumerate(requests):
         the_answer(pb_utils, req, returned, i)  # exactly one, wherever it went
     early = sent_early(requests)
-    assert early == model._hold.early_sends == 8  # two batches of 4 before the last
+    assert early == model.driver.early_sends == 8  # two batches of 4 before the last
     assert sum(r is None for r in returned) == early
     assert all(bool(r.sender.sends) != (returned[i] is not None)
                for i, r in enumerate(requests))
@@ -134,7 +134,7 @@ def test_an_answer_already_late_waits_for_the_list(adapter, pb_utils, monkeypatc
     """Sending early cannot make a late answer in time: it goes back with the call."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.infeasible_policy": "serve_late"})
-    monkeypatch.setattr(type(model._hold), "_remaining_s",
+    monkeypatch.setattr(type(model.driver), "_remaining_s",
                         staticmethod(lambda record, left: 1.0))
     backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
     requests = requests_of(pb_utils, 10, sla_ms=50.0)
@@ -161,7 +161,7 @@ def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_pat
     assert sum(b[0] + b[1] for r in records for b in r["batches"]) == sent
     assert all(r["start_s"] <= r["decoded_s"] <= r["return_s"] for r in records)
     assert records[0]["gap_s"] is None and all(r["gap_s"] >= 0 for r in records[1:])
-    assert model._hold.timeline.totals["requests"] == sent
+    assert model.driver.timeline.totals["requests"] == sent
 
 
 def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest(
@@ -172,7 +172,7 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.overload_call_budget_sla_fraction": "0.01"})
     monkeypatch.setattr(type(model.scheduler), "overloaded", property(lambda self: True))
-    monkeypatch.setattr(type(model._hold), "_mean_batch_s",
+    monkeypatch.setattr(type(model.driver), "_mean_batch_s",
                         staticmethod(lambda record: 10.0))  # any batch would overrun it
     requests = requests_of(pb_utils, 10)
 
@@ -195,7 +195,7 @@ def test_a_call_past_its_budget_that_refuses_enough_becomes_an_overload(
     way, exactly one answer per request."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.overload_call_budget_sla_fraction": "0.01"})
-    monkeypatch.setattr(type(model._hold), "_mean_batch_s", staticmethod(lambda record: 10.0))
+    monkeypatch.setattr(type(model.driver), "_mean_batch_s", staticmethod(lambda record: 10.0))
     backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
     requests = ([pb_utils.FakeRequest([500 + k, 7], sla_ms=50.0) for k in range(late)]
                 + requests_of(pb_utils, 10 - late))
@@ -234,7 +234,7 @@ def test_a_late_share_left_by_an_earlier_load_refuses_nothing_before_a_decision(
     decision serves it whole is served, however overloaded the scheduler still reads."""
     model = adapter.model("hold", **{"control.overload_call_budget_sla_fraction": "0.01"})
     monkeypatch.setattr(type(model.scheduler), "overloaded", property(lambda self: True))
-    monkeypatch.setattr(type(model._hold), "_mean_batch_s", staticmethod(lambda record: 10.0))
+    monkeypatch.setattr(type(model.driver), "_mean_batch_s", staticmethod(lambda record: 10.0))
     requests = requests_of(pb_utils, 3)
 
     returned = model.execute(requests)
@@ -284,7 +284,7 @@ def test_a_step_that_fails_on_the_as_handed_path_fails_its_batch_alone(adapter, 
         answer = the_answer(pb_utils, req, returned, i)
         assert pb_utils.error_code(answer) == pb_utils.TritonError.INTERNAL
         assert "scheduler loop failed" in answer.error().message()
-    assert model.dispatcher.loop_errors == 1
+    assert model.runner.loop_errors == 1
     fine = requests_of(pb_utils, 2, first=500)
     returned = model.execute(fine)
     assert all(pb_utils.error_code(the_answer(pb_utils, r, returned, i)) is None

@@ -1,52 +1,81 @@
-"""Building, reading and sending Triton's request and response objects: the small pieces
-of ``triton_python_backend_utils`` that both model classes use."""
+"""Decode: a Triton request in, a queued request for the engine or an input error out.
+
+``decode_call`` turns one ``execute()`` call's requests into ``QueuedRequest``s, each with
+its ``answers.Ticket`` as the core's ``handle``, and sorts out the ones that end at once: a
+malformed one (INVALID_ARG, naming the problem: a bad request fails alone), one whose
+client ``timeout`` passed while it waited in Triton's queue, and the waker's own wake
+requests. The pure parsing and validation is ``request_decoding`` (and
+``tensor_contract`` for any other model's tensors); this module reads Triton's objects.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from scheduler_core.request import QueuedRequest
+
+from .answers import Ticket
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
 from .request_decoding import RequestError, decode_request, decode_requests
 from .tensor_contract import decode_generic
 
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+@dataclass
+class DecodedCall:
+    """One call's requests, decoded: ``queued`` for the engine, and those that end now,
+    each ticket with its message: ``invalid`` (INVALID_ARG) and ``expired`` (their client
+    timeout passed in Triton's queue); ``wakes``: the waker's requests (answered empty)."""
+
+    queued: list[QueuedRequest] = field(default_factory=list)
+    invalid: list[tuple[Ticket, str]] = field(default_factory=list)
+    expired: list[tuple[Ticket, str]] = field(default_factory=list)
+    wakes: int = 0
+
+    @property
+    def min_sla_ms(self) -> float:
+        return min((q.sla_ms for q in self.queued), default=math.inf)
 
 
-def error(message: str, code) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
-
-
-def embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
-    tensor = pb_utils.Tensor("EMBEDDING", embedding.reshape(1, -1).astype(np.float32))
-    return pb_utils.InferenceResponse(output_tensors=[tensor])
-
-
-def outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(
-        output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
-
-
-def built(response) -> "pb_utils.InferenceResponse":
-    """The response to send or return for one request: ``response``, or the one its
-    builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
-    call holds no answer for it)."""
-    if response is None:
-        return error("request left unanswered (a bug)", pb_utils.TritonError.INTERNAL)
-    try:
-        return response() if callable(response) else response
-    except Exception as exc:  # never leave a request without its answer
-        return error(f"could not build the response: {exc}", pb_utils.TritonError.INTERNAL)
-
-
-def send(sender, response) -> None:
-    """Send one final response; a failure (the client may be gone) is logged, not raised."""
-    try:
-        sender.send(response, flags=FINAL)
-    except Exception as exc:  # never let that kill the loop
-        pb_utils.Logger.log_warn(f"could not send a response: {exc}")
+def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival_s: float,
+                now_s: float, default_sla_ms: float, ids: itertools.count,
+                is_wake: Callable | None = None) -> DecodedCall:
+    """Decode a call's ``requests`` (``tickets[i]`` is request i's, its outbox chosen by the
+    driver), all arrived at ``arrival_s``. A request's deadline is its SLA (the profile's
+    ``default_sla_ms`` if it gives none), or its client ``timeout`` if that is shorter
+    (``request_decoding.decode_sla``); one whose timeout already passed at ``now_s``
+    ends now. The call is decoded at once (``decode_all``: one token-range check)."""
+    call = DecodedCall()
+    slots = []  # the requests to decode: all but the waker's
+    for i, request in enumerate(requests):
+        if is_wake is not None and is_wake(request):
+            call.wakes += 1
+            tickets[i].answer(pb_utils.InferenceResponse())
+        else:
+            slots.append(i)
+    waited_s = now_s - arrival_s
+    for i, decoded in zip(slots, decode_all([requests[i] for i in slots], contract)):
+        ticket = tickets[i]
+        if isinstance(decoded, RequestError):
+            call.invalid.append((ticket, str(decoded)))
+            continue
+        timeout_ms = decoded.timeout_ms
+        if timeout_ms and waited_s >= timeout_ms / 1000.0:
+            call.expired.append((ticket, (
+                f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
+                f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
+            continue
+        ticket.input_ids = decoded.input_ids
+        ticket.decoded = decoded if contract is not None else None
+        call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,
+                                         decoded.sla_ms or default_sla_ms, ticket))
+    return call
 
 
 def request_parameters(request) -> dict:

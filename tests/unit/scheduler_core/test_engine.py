@@ -1,0 +1,146 @@
+"""The engine: the one driver sequence (submit, step, started, finished) over any policy,
+driven with plain floats for time (nothing sleeps)."""
+
+from __future__ import annotations
+
+from scheduler_core.engine import AS_HANDED, Engine, Perceived
+from scheduler_core.native_batcher import TritonDynamicBatcher as NativeBatcher
+from scheduler_core.policy import (MIN_WAKE_STEP_S, BatchDecision, QueueFull, Reason,
+                                   RejectReason)
+from scheduler_core.profile_files import load_profile, profile_path
+from scheduler_core.request import QueuedRequest
+from scheduler_core.scheduler import Scheduler
+
+
+PROFILES = "model_repository/emulated_explicit/profiles"
+
+
+def t4():
+    return load_profile(profile_path(PROFILES, "t4"))
+
+
+def req(rid: int, arrival_s: float = 0.0, seq_len: int = 16,
+        sla_ms: float = 10_000.0) -> QueuedRequest:
+    return QueuedRequest(rid, seq_len, arrival_s, sla_ms)
+
+
+class ScriptedPolicy:
+    """A policy that answers ``schedule`` from a script and records every call."""
+
+    def __init__(self, decisions: list[BatchDecision], bound: int = 100):
+        self.decisions = list(decisions)
+        self.bound = bound
+        self.queue: list[QueuedRequest] = []
+        self.calls: list[tuple] = []
+
+    def submit(self, request, now_s):
+        if len(self.queue) >= self.bound:
+            raise QueueFull("full")
+        self.queue.append(request)
+
+    def schedule(self, now_s, flush=False):
+        self.calls.append(("schedule", now_s, flush))
+        decision = self.decisions.pop(0)
+        for r in [*decision.batch, *(r for r, _ in decision.rejected)]:
+            self.queue.remove(r)
+        return decision
+
+    def batch_started(self, batch, now_s):
+        self.calls.append(("started", len(batch), now_s))
+
+    def batch_finished(self, batch, started_s, now_s, succeeded=True):
+        self.calls.append(("finished", len(batch), started_s, now_s, succeeded))
+
+    def tick(self, now_s):
+        self.calls.append(("tick", now_s))
+
+    def drain(self):
+        left, self.queue = self.queue, []
+        return left
+
+    @property
+    def queue_depth(self):
+        return len(self.queue)
+
+
+def decision(batch=(), rejected=(), wake_at_s=None, reason=Reason.WAIT) -> BatchDecision:
+    return BatchDecision(tuple(batch), wake_at_s, reason, 0.0, 0.0, 0.0, tuple(rejected))
+
+
+def test_submit_returns_what_the_queue_bound_leaves_out_in_order():
+    engine = Engine(NativeBatcher(max_batch_size=8, max_queue_size=2))
+    requests = [req(k) for k in range(5)]
+    assert engine.submit(requests, 0.0) == requests[2:]
+    assert engine.queue_depth == 2
+    one_by_one = Engine(ScriptedPolicy([], bound=1))  # no submit_all: each in turn
+    first, second = req(0), req(1)
+    assert one_by_one.submit([first, second], 0.0) == [second]
+    assert one_by_one.policy.queue == [first]
+
+
+def test_a_flush_that_only_sheds_is_asked_again_until_a_batch_comes():
+    """With flush, a step whose decision only refused requests asks again at once; every
+    refusal on the way reaches the caller in the one step."""
+    a, b, c = req(1), req(2), req(3)
+    policy = ScriptedPolicy([decision(rejected=[(a, RejectReason.INFEASIBLE)]),
+                             decision(rejected=[(b, RejectReason.INFEASIBLE)]),
+                             decision(batch=[c], reason=Reason.FLUSH)])
+    engine = Engine(policy)
+    engine.submit([a, b, c], 0.0)
+
+    step = engine.step(1.0, flush=True)
+
+    assert step.batch == (c,) and [r for r, _ in step.refused] == [a, b]
+    assert [call[0] for call in policy.calls] == ["schedule"] * 3
+
+
+def test_without_flush_a_step_is_asked_once_and_its_wake_up_never_lies_in_the_past():
+    a = req(1)
+    policy = ScriptedPolicy([decision(wake_at_s=0.5), decision(wake_at_s=3.0)])
+    engine = Engine(policy)
+    engine.submit([a], 0.0)
+
+    past = engine.step(1.0)
+    future = engine.step(1.0)
+
+    assert past.batch == () and past.wake_at_s == 1.0 + MIN_WAKE_STEP_S
+    assert future.wake_at_s == 3.0
+    assert len(policy.calls) == 2
+
+
+def test_the_bracket_reaches_the_policy_as_given():
+    a = req(1)
+    policy = ScriptedPolicy([decision(batch=[a], reason=Reason.FULL)])
+    engine = Engine(policy)
+    engine.submit([a], 0.0)
+    step = engine.step(1.0)
+    engine.started(step.batch, 1.25)
+    engine.finished(step.batch, 1.25, 1.5, ok=False)
+    assert policy.calls[1:] == [("started", 1, 1.25), ("finished", 1, 1.25, 1.5, False)]
+
+
+def test_a_perception_sample_reaches_a_policy_that_perceives_and_no_other():
+    scheduler = Engine(Scheduler.from_profile(t4()))
+    scheduler.perceive(Perceived(False))
+    assert scheduler.policy.loop.perception_ok is False
+    scheduler.perceive(Perceived(True, 0.75, 2.0))
+    assert scheduler.policy.loop.perception_ok is True
+    assert scheduler.policy.loop._external[:2] == (0.75, 2.0)
+
+    native = Engine(NativeBatcher(max_batch_size=8))
+    native.perceive(Perceived(False))  # a baseline has no perception: nothing happens
+    waiting = req(1)
+    native.submit([waiting], 0.0)
+    assert native.step(0.0, flush=True, sample=Perceived(False)).batch == (waiting,)
+
+
+def test_a_quiet_hand_over_is_taken_whole_as_one_step_and_a_baseline_takes_none():
+    engine = Engine(Scheduler.from_profile(t4()))
+    batch = [QueuedRequest(k, 16, 9.999, 10_000.0) for k in range(4)]
+
+    step = engine.take_whole(batch, 10.0)
+
+    assert step is not None and step.batch == tuple(batch) and not step.refused
+    assert step.former == AS_HANDED and step.estimated_ms > 0 and step.wake_at_s is None
+    assert Engine(NativeBatcher(max_batch_size=8)).take_whole(batch, 10.0) is None
+    assert engine.take_whole([], 10.0) is None

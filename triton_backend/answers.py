@@ -1,0 +1,171 @@
+"""One answer per request: the ``Ticket`` each request carries from decode to its answer,
+where the answer goes, and every way a request can end without a result.
+
+A request ends with exactly one answer, given by ``Ticket.answer`` (the one verb; a second
+call is ignored). Where it goes is the ticket's outbox, chosen by the driver:
+
+* ``CallList`` (intake hold): into the running ``execute()`` call's returned list, which
+  python_backend r24.10 sends back in one message; ``CallList.send_now`` sends one early,
+  through its request's response sender (a blocking round trip), when the call's end
+  would make it late;
+* ``responder.Responder`` (the threaded intakes): a responder thread builds and sends it.
+
+``ENDINGS`` maps each way of ending without a result to the Triton error code its client
+reads and the metric that counts it; ``Answers.refuse`` is the only place that turns one
+into an error response.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A way to end without a result: the ``pb_utils.TritonError`` code's name, and the
+    label of ``rejected_requests_total`` or the event counter that counts it (None: counted
+    elsewhere, per batch or per step)."""
+
+    code: str
+    refusal_label: str | None = None
+    event: str | None = None
+
+
+ENDINGS = {
+    "invalid_input": Ending("INVALID_ARG", refusal_label="invalid_input"),
+    "timed_out": Ending("UNAVAILABLE", refusal_label="timed_out"),
+    "queue_full": Ending("UNAVAILABLE", refusal_label="queue_full"),
+    "shutting_down": Ending("UNAVAILABLE", refusal_label="shutting_down"),
+    "deadline_infeasible": Ending("UNAVAILABLE", refusal_label="deadline_infeasible"),
+    "cancelled": Ending("CANCELLED", event="cancelled_requests_total"),
+    "unloaded": Ending("UNAVAILABLE"),
+    "step_failed": Ending("INTERNAL"),  # loop_errors_total counts the step
+    "batch_failed": Ending("INTERNAL"),  # batch_failures_total counts the batch
+}
+
+
+class Ticket:
+    """One request from decode to its answer (the core sees it as ``QueuedRequest.handle``):
+    Triton's request object, kept alive until answered, what was decoded of it, and its
+    outbox. ``earliest_s`` (intake hold): the earliest it can have arrived, the date by
+    which to ask whether its client cancelled it."""
+
+    __slots__ = ("request", "outbox", "slot", "sender", "input_ids", "decoded", "earliest_s",
+                 "answered")
+
+    def __init__(self, request: Any, outbox: Any, slot: int = -1, sender: Any = None,
+                 earliest_s: float = math.inf):
+        self.request = request
+        self.outbox = outbox
+        self.slot = slot  # its place in the call's list (CallList)
+        self.sender = sender  # its response sender (Responder)
+        self.input_ids: np.ndarray | None = None
+        self.decoded = None  # any other tensor contract: the whole request
+        self.earliest_s = earliest_s
+        self.answered = False
+
+    def answer(self, response) -> bool:
+        """Give this request its answer: a response, or a function that builds one (built
+        where it is sent). False, and nothing done, if it was answered already."""
+        if self.answered:
+            return False
+        self.answered = True
+        self.outbox.deliver(self, response)
+        return True
+
+
+_SENT = object()  # a slot of the call's list whose answer went early
+
+
+class CallList:
+    """Intake hold's outbox: the running ``execute()`` call's answers, one slot a request."""
+
+    def __init__(self, requests: Sequence):
+        self.requests = requests
+        self.responses: list = [None] * len(requests)
+        self.early_sends = 0
+
+    def deliver(self, ticket: Ticket, response) -> None:
+        self.responses[ticket.slot] = response
+
+    def answered(self, slot: int) -> bool:
+        """Whether slot ``slot`` holds an answer that has not gone yet."""
+        response = self.responses[slot]
+        return response is not None and response is not _SENT
+
+    def send_now(self, slot: int) -> None:
+        """Send slot ``slot``'s answer now, through its request's response sender, instead
+        of in the returned list (its slot is then ``None`` there)."""
+        response, self.responses[slot] = self.responses[slot], _SENT
+        send(self.requests[slot].get_response_sender(), built(response))
+        self.early_sends += 1
+
+    def returned(self) -> list:
+        """The call's returned list: every answer built, ``None`` for those sent early."""
+        return [None if r is _SENT else built(r) for r in self.responses]
+
+
+class Answers:
+    """Ends requests without a result, counted (``ENDINGS``): the one place a refusal,
+    a failure or a cancellation becomes its client's error."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def refuse(self, tickets: Sequence[Ticket], kind: str, message: str) -> None:
+        """Answer each of ``tickets`` with the error of ``kind`` (a key of ``ENDINGS``)
+        and ``message``, counted once for them all."""
+        self.refuse_each([(ticket, message) for ticket in tickets], kind)
+
+    def refuse_each(self, refused: Sequence[tuple[Ticket, str]], kind: str) -> None:
+        """``refuse``, each ticket with its own message (its own numbers)."""
+        if not refused:
+            return
+        ending = ENDINGS[kind]
+        if ending.refusal_label is not None:
+            self.metrics.on_rejected(ending.refusal_label, len(refused))
+        code = getattr(pb_utils.TritonError, ending.code)
+        for ticket, message in refused:
+            if ending.event is not None:
+                self.metrics.on_event(ending.event)
+            ticket.answer(error(message, code))
+
+def error(message: str, code) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
+    tensor = pb_utils.Tensor("EMBEDDING", embedding.reshape(1, -1).astype(np.float32))
+    return pb_utils.InferenceResponse(output_tensors=[tensor])
+
+
+def outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
+
+
+def built(response) -> "pb_utils.InferenceResponse":
+    """The response to send or return for one request: ``response``, or the one its
+    builder makes; never nothing (INTERNAL if building fails or, a bug, intake hold's
+    call holds no answer for it)."""
+    if response is None:
+        return error("request left unanswered (a bug)", pb_utils.TritonError.INTERNAL)
+    try:
+        return response() if callable(response) else response
+    except Exception as exc:  # never leave a request without its answer
+        return error(f"could not build the response: {exc}", pb_utils.TritonError.INTERNAL)
+
+
+def send(sender, response) -> None:
+    """Send one final response; a failure (the client may be gone) is logged, not raised."""
+    try:
+        sender.send(response, flags=FINAL)
+    except Exception as exc:  # never let that kill the loop
+        pb_utils.Logger.log_warn(f"could not send a response: {exc}")

@@ -1,0 +1,311 @@
+"""The engine's steps carried out inside the server, for both drivers.
+
+``Runner`` holds one model's ``Engine`` behind the model's lock and does what the engine
+never does: it answers what a step refused, runs the step's batch on the executor (in
+process, or BLS to an inner model), answers each member, and brackets the batch
+(``started`` / ``finished``). Intake hold's driver calls ``step`` from ``execute()``; the
+threaded driver calls it from the scheduler thread. Neither calls back into the model.
+
+Invariants:
+
+* every request a step takes out of the queue leaves with exactly one answer
+  (``Ticket.answer``): an exception in a step answers its requests INTERNAL, is logged
+  and counted (``step_failed``), and never stops the driver;
+* a batch is bracketed exactly once: ``finished(ok=False)`` when it never ended normally;
+* the engine is only touched with ``cond`` held (the threaded intakes' arrivals and the
+  hold model's metrics thread run beside the step).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import triton_python_backend_utils as pb_utils
+
+from scheduler_core.engine import Engine, Perceived, Step
+from scheduler_core.policy import ZONE_NAMES, refusal_message
+from scheduler_core.request import QueuedRequest
+from sidecar.sampler import HEALTH_VALUE, usable
+
+from .answers import Answers, embedding_response, outputs_response
+from .control_metrics import ControlMetrics
+from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
+from .model_settings import CANCEL_CHECK_MIN_WAIT_S
+
+STATS_LOG_PERIOD_S = 5.0
+
+
+class Perception:
+    """The sidecar's latest sample as the engine takes it (``Perceived``): usable only
+    when healthy and younger than ``max_age_s``. No sidecar: nothing to apply."""
+
+    def __init__(self, sidecar, max_age_s: float):
+        self.sidecar = sidecar
+        self.max_age_s = max_age_s
+
+    def read(self, now_s: float) -> tuple[Perceived | None, float]:
+        """(the sample, or None without a sidecar; its health for the metric, -1 when
+        there is no sidecar)."""
+        if self.sidecar is None:
+            return None, SIDECAR_DISABLED
+        sample = self.sidecar.latest()
+        ok = usable(sample, now_s, self.max_age_s)
+        health = HEALTH_VALUE.get(sample.health, 0.0) if sample is not None else 0.0
+        return Perceived(ok, sample.utilization if ok else None,
+                         sample.taken_s if ok else 0.0), health
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one ``Runner.step`` did: its time, the engine's step, the arrivals counted
+    when it was taken, and when its batch started (None: no batch)."""
+
+    now_s: float
+    step: Step
+    arrivals_seen: int
+    started_s: float | None
+
+
+class Runner:
+    """Carries out one model's engine steps (see the module docstring)."""
+
+    def __init__(self, model_name: str, engine: Engine, cond: threading.Condition,
+                 answers: Answers, metrics: ControlMetrics, executor, contract,
+                 perception: Perception, loop_fault_token: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.model_name = model_name
+        self.engine = engine
+        self.scheduler = engine.policy  # the explicit-control Scheduler
+        self.cond = cond  # guards the engine; the scheduler thread waits on it
+        self.answers = answers
+        self.metrics = metrics
+        self.executor = executor
+        self.contract = contract  # None: the INPUT_IDS -> EMBEDDING contract
+        self.perception = perception
+        # Test hook, off unless configured: a request holding this token id makes the
+        # step fail after its batch was taken (proves nothing is stranded).
+        self._loop_fault_token = loop_fault_token
+        self._clock = clock
+        self.stopping = False
+        self.arrivals = 0
+        self.loop_errors = 0
+        self._last_zone = None
+        self._last_stats_log = 0.0
+        self._last_flush = 0.0
+        self._flush_lock = threading.Lock()  # one metrics flush at a time
+
+    # -- arrivals ---------------------------------------------------------------------
+    def submit_locked(self, queued: list[QueuedRequest], now: float
+                      ) -> tuple[list[QueuedRequest], str, str]:
+        """Queue a call's requests (``cond`` held); returns those refused at the door,
+        with the ``ENDINGS`` kind and the message to answer them with (``refuse``)."""
+        if self.stopping:
+            return queued, "shutting_down", "model is shutting down"
+        left = self.engine.submit(queued, now)
+        self.arrivals += len(queued) - len(left)
+        return left, "queue_full", f"queue full: {self.scheduler.queue_full_message()}"
+
+    def submit(self, queued: list[QueuedRequest], now: float) -> None:
+        """Queue a call's requests; answer the ones refused at the door."""
+        with self.cond:
+            refused = self.submit_locked(queued, now)
+            self.cond.notify()
+        self.refuse(*refused)
+
+    def refuse(self, requests: Sequence[QueuedRequest], kind: str, message: str) -> None:
+        self.answers.refuse([r.handle for r in requests], kind, message)
+
+    def perceive(self, now: float) -> float:
+        """Apply the sidecar's sample (``cond`` held); its health for the metric."""
+        sample, health = self.perception.read(now)
+        self.engine.perceive(sample)
+        return health
+
+    # -- one step ---------------------------------------------------------------------
+    def step(self, flush: bool) -> Ran:
+        """Take one engine step, answer what it refused and run its batch (the scheduler
+        thread; or intake hold's ``execute()`` with ``flush``: nothing arrives until that
+        call has answered its requests, so waiting for arrivals cannot pay)."""
+        with self.cond:
+            now = self._clock()
+            sample, _ = self.perception.read(now)
+            step = self.engine.step(now, flush, sample)
+            arrivals_seen = self.arrivals
+        try:
+            self._refuse_shed(step.refused)
+            self._log_zone_change(step.decision.zone, step.decision.mode, step.former, now)
+        except Exception:  # counted and logged; the batch still runs
+            self.step_failed()
+        finally:  # a step never strands what it took out of the queue
+            self.refuse([r for r, _ in step.refused if not r.handle.answered], "step_failed",
+                        "scheduler loop failed while handling this request")
+        started = self._run(step, now) if step.batch else None
+        return Ran(now, step, arrivals_seen, started)
+
+    def _refuse_shed(self, refused) -> None:
+        """A step's refusals, each with its own numbers (``Refusal.detail``)."""
+        self.answers.refuse_each([(r.handle, refusal_message(reason)) for r, reason in refused],
+                                 "deadline_infeasible")
+
+    def take_whole(self, batch: list[QueuedRequest]) -> Ran | None:
+        """Intake hold's call as one batch, as handed over, where the engine takes it so
+        (``Engine.take_whole``); None: nothing ran, ``submit`` and ``step`` instead."""
+        with self.cond:
+            now = self._clock()
+            sample, _ = self.perception.read(now)
+            step = None if self.stopping else self.engine.take_whole(batch, now, sample)
+            if step is None:
+                return None
+            self.arrivals += len(batch)
+        self._log_zone_change(step.decision.zone, step.decision.mode,
+                              self.scheduler.formers[step.decision.mode].name, now)
+        return Ran(now, step, self.arrivals, self._run(step, now))
+
+    def _run(self, step: Step, now: float) -> float:
+        """Run ``step``'s batch and bracket it; every member ends answered. Returns when
+        it started. An exception is counted and logged (``step_failed``), not raised."""
+        batch: Sequence[QueuedRequest] = step.batch
+        started, began, finished = now, False, False
+        try:
+            batch = self._drop_cancelled(batch, now)
+            with self.cond:
+                started = self._clock()
+                self.engine.started(batch, started)
+                began = True
+            if self._loop_fault_token and any(
+                    self._loop_fault_token in r.handle.input_ids for r in batch):
+                raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
+            self._run_batch(batch, started, step.former)
+            finished = True
+        except Exception:  # its members are answered below (INTERNAL); the driver goes on
+            self.step_failed()
+        finally:
+            unanswered = [r for r in step.batch if not r.handle.answered]
+            self.refuse(unanswered, "step_failed",
+                        "scheduler loop failed while handling this request")
+            if began and not finished:  # the batch never finished normally
+                self._finished(batch, started, ok=False)
+        return started
+
+    def refuse_queued(self, kind: str, message: str, call_size: int = 0) -> int:
+        """Take everything still queued out and answer each with ``message``; a
+        ``deadline_infeasible`` refusal also enters the scheduler's figures (with the
+        ``call_size`` they came in: its late share, ``Scheduler.refuse_queued``)."""
+        with self.cond:
+            taken = (self.scheduler.refuse_queued(self._clock(), call_size)
+                     if kind == "deadline_infeasible" else self.engine.drain())
+        self.refuse(taken, kind, message)
+        return len(taken)
+
+    def step_failed(self) -> None:
+        """A step raised (its requests were answered): count and log it."""
+        self.loop_errors += 1
+        self.metrics.on_event("loop_errors_total")
+        pb_utils.Logger.log_error(
+            f"{self.model_name}: scheduler step failed (#{self.loop_errors}):\n"
+            f"{traceback.format_exc()}")
+
+    # -- cancellation -----------------------------------------------------------------
+    @staticmethod
+    def is_cancelled(req: QueuedRequest) -> bool:
+        try:
+            return bool(req.handle.request.is_cancelled())
+        except Exception:  # asking costs a message to the server; a failure means "no"
+            return False
+
+    def _drop_cancelled(self, batch: Sequence[QueuedRequest], now: float
+                        ) -> list[QueuedRequest]:
+        """Answer requests the client cancelled (gRPC cancel) instead of computing them
+        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more)."""
+        kept, cancelled = [], []
+        for r in batch:
+            waited = now - min(r.arrival_s, r.handle.earliest_s)
+            if waited >= CANCEL_CHECK_MIN_WAIT_S and self.is_cancelled(r):
+                cancelled.append(r)
+            else:
+                kept.append(r)
+        self.refuse(cancelled, "cancelled", "request cancelled by the client")
+        return kept
+
+    # -- running a batch --------------------------------------------------------------
+    def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
+        if not batch:  # every member was cancelled
+            self._finished(batch, started, ok=False)
+            return
+        succeeded = False
+        try:
+            builders = self._run_executor(batch)
+            succeeded = True
+        except Exception as exc:  # fail this batch's requests, keep the driver going
+            pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
+            self.refuse(batch, "batch_failed", f"inference failed: {exc}")
+        self.metrics.on_batch([r.seq_len for r in batch], former)
+        if succeeded:
+            for r, build in zip(batch, builders):
+                r.handle.answer(build)
+            done = self._clock()  # handed to the responder, or returned with the call
+            self.metrics.on_served([r.sla_ms for r in batch], [r.arrival_s for r in batch],
+                                   started, done)
+        else:
+            self.metrics.on_event("batch_failures_total")
+        self._finished(batch, started, succeeded)
+
+    def _finished(self, batch: Sequence[QueuedRequest], started: float, ok: bool) -> None:
+        with self.cond:
+            self.engine.finished(batch, started, self._clock(), ok)
+
+    def _run_executor(self, batch: Sequence[QueuedRequest]) -> list:
+        """Run ``batch``; one response builder per request (built where it is sent)."""
+        if self.contract is None:
+            embeddings = self.executor.run([r.handle.input_ids for r in batch])
+            return [functools.partial(embedding_response, e) for e in embeddings]
+        outputs = self.executor.run([r.handle.decoded for r in batch])
+        return [functools.partial(outputs_response, o) for o in outputs]
+
+    # -- metrics and logs -------------------------------------------------------------
+    def flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
+        """Publish the control metrics once per ``METRICS_PUBLISH_PERIOD_S``; a flush
+        already running elsewhere is not waited for."""
+        if now - self._last_flush < METRICS_PUBLISH_PERIOD_S:
+            return
+        if not self._flush_lock.acquire(blocking=False):
+            return
+        try:
+            self._last_flush = now
+            with self.cond:
+                stats = self.scheduler.stats(now)
+            self.metrics.flush(stats, sidecar_health)
+        finally:
+            self._flush_lock.release()
+
+    def _log_zone_change(self, zone: int, mode: str, former: str, now: float) -> None:
+        key = (zone, mode, former)
+        if key != self._last_zone:
+            self._last_zone = key
+            s = self.scheduler.stats(now)
+            pb_utils.Logger.log_info(
+                f"{self.model_name}: zone={ZONE_NAMES[zone]} mode={mode} "
+                f"former={former} "
+                f"score={s.zone_score:.2f} utilization={s.utilization:.2f} "
+                f"queue_depth={s.queue_depth} p99_cv={s.p99_cv:.2f} window_ms={s.window_ms:.2f}")
+
+    def maybe_log_stats(self, now: float, extra: str = "") -> None:
+        if now - self._last_stats_log < STATS_LOG_PERIOD_S:
+            return
+        self._last_stats_log = now
+        s = self.scheduler.stats(now)
+        if s.batches:
+            pb_utils.Logger.log_info(
+                f"{self.model_name}: zone={ZONE_NAMES[s.zone]} prewarmed={s.prewarmed} "
+                f"window_ms={s.window_ms:.2f} utilization={s.utilization:.2f} "
+                f"queue_depth={s.queue_depth} p99_ms={s.p99_ms:.1f} p99_cv={s.p99_cv:.2f} "
+                f"observation_age_ms={s.observation_age_ms:.0f} batches={s.batches} "
+                f"requests={s.requests} sla_met={s.sla_met} sla_missed={s.sla_missed} "
+                f"rejected={s.rejected_infeasible} emergency={s.emergency_batches} "
+                f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}"
+                f"{extra}")
