@@ -29,7 +29,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/setup_env.sh
 	@touch $@
 
 serve: setup
-	$(PY) -m triton_backend.launcher --http-port $(HTTP_PORT) $(SERVE_ARGS)
+	$(PY) -m server_ops.launcher --http-port $(HTTP_PORT) $(SERVE_ARGS)
 
 test: setup
 	$(PY) -m pytest -q tests

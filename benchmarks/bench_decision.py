@@ -3,7 +3,7 @@
 
 Each case builds the shipped scheduler (``Scheduler.from_profile``) for a profile of
 ``model_repository/emulated_explicit/profiles/``, fills its queue to ``--depth`` requests
-(long-tailed lengths 16..512, SLA classes 50/100/200 ms: ``scheduler_core.workload``) and
+(long-tailed lengths 16..512, SLA classes 50/100/200 ms: ``simulation.workload``) and
 forces the mode through the real zone detector, with a sidecar utilisation sample fed before
 each call (0.30: safe -> default batching; 0.66: pre-warmed -> explicit control; 1.00 with the
 deep queue: danger -> emergency policy). Every decision's mode is checked.
@@ -41,7 +41,7 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from scheduler_core import workload as W
+from simulation import workload as W
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler

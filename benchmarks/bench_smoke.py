@@ -16,7 +16,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from operator_tools.perf_analyzer import markdown_table, run_request_rate
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 CONFIGS = os.path.join(REPO_ROOT, "perf_analyzer_configs")
 

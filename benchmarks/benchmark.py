@@ -148,10 +148,10 @@ def measured_stats(role: str, result, busy: Sequence[float] = (),
 
 
 def simulated_stats(role: str, sim, duration_s: float, start_s: float = 0.0) -> SegmentStats:
-    """Figures of a ``scheduler_core.simulator.SimResult`` on the same footing as a
+    """Figures of a ``simulation.simulator.SimResult`` on the same footing as a
     measured segment: the requests that arrived in [start_s, start_s + duration_s), goodput
     over that window or until their last completion, whichever is later."""
-    from scheduler_core.simulator import MET, MISSED
+    from simulation.simulator import MET, MISSED
 
     end_s = start_s + duration_s
     idx = [i for i in range(sim.arrivals) if start_s <= sim.arrival_s[i] < end_s]

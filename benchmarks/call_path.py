@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from benchmarks.bench import SLA_CLASSES_MS, mix_entries
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries
 from benchmarks.intake_check import FLAT
 from benchmarks.pages import write_page
 # Importing the tests' conftest installs the fake pb_utils before any adapter module loads

@@ -1,4 +1,4 @@
-"""N controllers on one load, in the simulator (``scheduler_core.fleet``): four instances
+"""N controllers on one load, in the simulator (``simulation.fleet``): four instances
 behind a round-robin router sharing one EMULATED t4 device (time scale 1), each with its
 own queue and controller, all reading the device's utilisation as NVML would report it.
 For each load, the synchronised controllers (no period jitter, no window smoothing) beside
@@ -20,11 +20,11 @@ from dataclasses import replace
 
 from benchmarks.pages import write_page
 from benchmarks.simulate_report import LENGTHS, PROFILE_DIR, SLA_CLASSES_MS
-from scheduler_core import fleet as F
-from scheduler_core import workload as W
+from simulation import fleet as F
+from simulation import workload as W
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.scheduler import Scheduler
-from scheduler_core.simulator import capacity_rps
+from simulation.simulator import capacity_rps
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "fleet_desync.md")

@@ -26,7 +26,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.pages import write_page
 from benchmarks.queue_policy_stall import write_repo
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 MODEL = "sleep5_no_policy"
 CLIENTS = 4

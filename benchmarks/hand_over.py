@@ -35,7 +35,7 @@ from benchmarks.loadgen import OK, Arrival, run_load
 from benchmarks.pages import write_page
 from benchmarks.repository import copy_model
 from sidecar.triton_metrics import fetch_url, parse_metrics, rates as triton_rates, read_samples
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 from triton_backend.metric_catalog import METRICS_PUBLISH_PERIOD_S, PREFIX
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

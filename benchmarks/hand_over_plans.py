@@ -20,10 +20,10 @@ import os
 
 import numpy as np
 
-from benchmarks.bench import FLAT_PARAMS, LENGTHS, SEED, SLA_CLASSES_MS
+from benchmarks.bench_setup import FLAT_PARAMS, LENGTHS, SEED, SLA_CLASSES_MS
 from benchmarks.pages import write_page
 from scheduler_core.policy import decide
-from scheduler_core.profile import with_dotted_overrides, with_emulation
+from scheduler_core.profile_parse import with_dotted_overrides, with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler

@@ -35,15 +35,15 @@ from dataclasses import dataclass
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from benchmarks.bench import SLA_CLASSES_MS, mix_entries, write_input_data
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
 from benchmarks.intake_check import FLAT, fmt
 from benchmarks.pages import write_page
 from benchmarks.procinfo import cpu_s, find_stub
 from benchmarks.repository import copy_model
 from operator_tools.perf_analyzer import run_request_rate
-from triton_backend.intake_config import hold_config
+from server_ops.intake_config import hold_config
 from tritonclient.grpc import model_config_pb2 as mc
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 from triton_backend.timeline import TIMELINE_ENV
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "hold_speed.md")

@@ -40,7 +40,7 @@ from benchmarks.pages import write_page
 from benchmarks.repository import edit_model, set_max_batch_size
 from triton_backend.intake import DEFAULT_INTAKE, hand_over_s
 from triton_backend.timeline import read as read_timeline
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "host_ledger.md")
 SETTINGS = {  # name: (time scale, flat profile, hardware profile or "")

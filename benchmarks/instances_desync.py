@@ -27,14 +27,14 @@ import tempfile
 import threading
 
 from benchmarks import benchmark as B
-from benchmarks.bench import (LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS,
-                              emulated_capacity_rps)
+from benchmarks.bench_setup import (LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS,
+                                    emulated_capacity_rps)
 from benchmarks.loadgen import run_load
 from benchmarks.pages import write_page
 from benchmarks.oscillation import SAMPLE_S, ZoneSampler
 from benchmarks.repository import copy_model
-from scheduler_core import workload as W
-from triton_backend.launcher import TritonServer
+from simulation import workload as W
+from server_ops.launcher import TritonServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "instances_desync.md")

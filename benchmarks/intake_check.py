@@ -35,9 +35,9 @@ from operator_tools.perf_analyzer import PerfResult, run_request_rate
 from benchmarks.procinfo import cpu_s, find_stub
 from benchmarks.pages import write_page
 from benchmarks.repository import copy_model, set_max_batch_size
-from triton_backend.intake_config import gather_config, hold_config, release_config
+from server_ops.intake_config import gather_config, hold_config, release_config
 from sidecar.triton_metrics import fetch_url, model_sample_sum
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC
 
 CONFIGS = os.path.join(REPO_ROOT, "perf_analyzer_configs")

@@ -30,11 +30,11 @@ from dataclasses import replace
 
 
 from benchmarks.simulate_report import CAPACITY_SAMPLE, LENGTHS, PROFILE_DIR, SLA_CLASSES_MS
-from scheduler_core import baselines, workload as W
-from scheduler_core.profile import with_emulation
+from simulation import baselines, workload as W
+from scheduler_core.profile_parse import with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.profile_limits import BOUNDS
-from scheduler_core.simulator import capacity_rps, simulate
+from simulation.simulator import capacity_rps, simulate
 
 NATIVE_DELAYS_US = (0, 500, 1000, 2000)
 LOW_LOADS = (0.1, 0.2)

@@ -15,7 +15,7 @@ traces/bursty_60rps_20s.intervals    --request-intervals trace: on-off bursts (1
                     for ~0.25 s, 30 req/s for ~1 s between them; mean 60 req/s), 20 s
 
 Intervals are integer microseconds, one per line, the first from the start
-(``scheduler_core.workload.write_request_intervals``). perf_analyzer pairs send k with
+(``simulation.workload.write_request_intervals``). perf_analyzer pairs send k with
 data entry k, cycling through the entries, so any trace replays with any data file.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from scheduler_core import workload as W
+from simulation import workload as W
 
 SLA_CLASSES_MS = (50.0, 100.0, 200.0)
 DEFAULT_OUT = os.path.join(REPO_ROOT, "perf_analyzer_configs")

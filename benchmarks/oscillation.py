@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from scheduler_core.fleet import oscillation
+from simulation.fleet import oscillation
 from sidecar.triton_metrics import fetch_url, read_samples
 from triton_backend.metric_catalog import PREFIX
 
@@ -63,7 +63,7 @@ class ZoneSampler:
 
     def oscillation(self, start_s: float = 0.0, end_s: float = float("inf"),
                     sources: Sequence[int] | None = None) -> dict[str, float]:
-        """``scheduler_core.fleet.oscillation`` of the rounds sampled between ``start_s``
+        """``simulation.fleet.oscillation`` of the rounds sampled between ``start_s``
         and ``end_s`` seconds after ``__enter__``, over the controllers at ``sources``
         (indices into the sources given; default all). On a loaded machine a round takes
         longer than SAMPLE_S, so the rounds are chosen by their time, not by their count."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from triton_backend.supervisor import STUB_BINARY, stub_pids
+from server_ops.supervisor import STUB_BINARY, stub_pids
 
 
 def _proc_status(pid: int) -> dict[str, str]:

@@ -23,7 +23,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.pages import write_page
 from operator_tools.perf_analyzer import run_request_rate
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 MODEL_PY = '''import time
 import numpy as np

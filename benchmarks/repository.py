@@ -1,6 +1,6 @@
 """The benchmarks' one model-repository builder: model folders copied from the shipped
 repository (no bytecode caches), their ``config.pbtxt`` edited as Triton's protobuf
-(``triton_backend.intake_config``'s ``parse``/``render``), never as text, so a layout
+(``server_ops.intake_config``'s ``parse``/``render``), never as text, so a layout
 change in a shipped config cannot silently leave a setting behind."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Callable, Mapping
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_backend.intake_config import parse, render
-from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY
+from server_ops.intake_config import parse, render
+from server_ops.launcher import DEFAULT_MODEL_REPOSITORY
 
 Edit = Callable[[mc.ModelConfig], None]
 

@@ -29,10 +29,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from scheduler_core import workload as W
-from scheduler_core import baselines
+from simulation import workload as W
+from simulation import baselines
 from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import capacity_rps, device_ms, simulate
+from simulation.simulator import capacity_rps, device_ms, simulate
 
 PROFILE_DIR = os.path.join(REPO_ROOT, "model_repository", "emulated_explicit", "profiles")
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "simulator_report.md")
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "**The device is the EMULATED cost model** (each profile's `cost_model` formula "
         "times `emulation.time_scale`, exactly what `EmulatedDevice` sleeps), simulated by "
-        "`scheduler_core/simulator.py`: one model instance, one batch at a time. These are "
+        "`simulation/simulator.py`: one model instance, one batch at a time. These are "
         "not measurements of real hardware.",
         "",
         f"Workload: Poisson arrivals, {args.duration_s:g} simulated seconds per run, "

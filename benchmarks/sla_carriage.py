@@ -17,10 +17,10 @@ import sys
 import tempfile
 
 from benchmarks import hold_speed as H
-from benchmarks.bench import SLA_CLASSES_MS, mix_entries, write_input_data
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
 from benchmarks.intake_check import fmt
 from benchmarks.pages import write_page
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 CASES = ("explicit, SLA_MS input", "explicit, no SLA_MS input", "native")
 LOOPS = ("closed", "open")

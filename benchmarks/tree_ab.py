@@ -20,7 +20,7 @@ import tempfile
 
 from benchmarks import intake_check as ic
 from benchmarks.repository import copy_model, edit_model, set_max_batch_size
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -20,14 +20,14 @@ import tempfile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from scheduler_core import workload as W
-from scheduler_core.baselines import TritonDynamicBatcher
+from simulation import workload as W
+from simulation.baselines import TritonDynamicBatcher
 from scheduler_core.profile_files import load_profile
-from scheduler_core.simulator import device_ms, simulate
+from simulation.simulator import device_ms, simulate
 from scheduler_core.stats import percentile
 from operator_tools.perf_analyzer import WRAPPER, read_profile_export
 from operator_tools.records import RequestRecord
-from triton_backend.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
+from server_ops.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
 
 PROFILE = os.path.join(DEFAULT_MODEL_REPOSITORY, "emulated_explicit", "profiles", "t4.yaml")
 MAX_QUEUE_DELAY_US = 2000  # as shipped in model_repository/emulated_native/config.pbtxt

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import click
 
-from . import analyze_cmd, calibrate_cmd, compare_cmd, export_cmd, monitor_cmd, simulate_cmd
+from . import analyze_cmd, calibrate, compare, export_cmd, monitor_cmd, simulate_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,7 +23,7 @@ def main() -> None:
     """Explicit-control dynamic batching for Triton: operator tools."""
 
 
-for module in (calibrate_cmd, monitor_cmd, analyze_cmd, compare_cmd, simulate_cmd,
+for module in (calibrate, monitor_cmd, analyze_cmd, compare, simulate_cmd,
                export_cmd):
     main.add_command(module.command)
 

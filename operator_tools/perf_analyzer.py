@@ -288,3 +288,45 @@ def load_sweep(path: str) -> RequestRateSweep:
 
 if __name__ == "__main__":  # pragma: no cover - manual use
     print(run_request_rate(*sys.argv[1:5]))
+
+
+def read_measured_requests(path: str) -> tuple[list[RequestRecord], list[float]]:
+    """Requests inside the measurement windows of a ``--profile-export-file`` JSON, and the
+    window boundaries (both in wall-clock seconds)."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    records: list[RequestRecord] = []
+    windows: list[float] = []
+    for experiment in doc.get("experiments", []):
+        windows = [b / 1e9 for b in experiment.get("window_boundaries", [])]
+        for req in experiment.get("requests", []):
+            responses = req.get("response_timestamps") or []
+            if not responses:
+                continue
+            sent = req["timestamp"] / 1e9
+            if len(windows) >= 2 and not windows[0] <= sent <= windows[-1]:
+                continue
+            sla = (req.get("request_inputs") or {}).get("SLA_MS")
+            if isinstance(sla, list):
+                sla = sla[0] if sla else None
+            records.append(RequestRecord(latency_ms=(responses[-1] - req["timestamp"]) / 1e6,
+                                         sla_ms=float(sla) if sla is not None else None,
+                                         sent_s=sent))
+    return records, windows
+
+
+def scaled_input_data(path: str, sla_scale: float, out_dir: str) -> str:
+    """``path`` itself, or a copy in ``out_dir`` with every ``SLA_MS`` multiplied by
+    ``sla_scale`` (an emulated device slowed by its time scale gets SLAs slowed alike)."""
+    if sla_scale == 1.0:
+        return path
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    for entry in doc.get("data", []):
+        sla = entry.get("SLA_MS")
+        if isinstance(sla, dict) and "content" in sla:
+            sla["content"] = [float(v) * sla_scale for v in sla["content"]]
+    out = os.path.join(out_dir, f"sla_x{sla_scale:g}_{os.path.basename(path)}")
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    return out

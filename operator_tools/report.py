@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from scheduler_core.simulator import SimResult
+from simulation.simulator import SimResult
 from scheduler_core.stats import percentile
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import click
 import yaml
 
-from scheduler_core import workload as W
+from simulation import workload as W
 
 LENGTH_MIXES = {"lognormal": W.LogNormalLengths, "bimodal": W.BimodalLengths}
 # The parameters of each arrival process that are rates (scaled together by --rate).

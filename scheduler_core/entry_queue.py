@@ -318,3 +318,26 @@ def infeasible_entries(queue: EntryQueue, now_s: float, correction: float, behin
     late = np.flatnonzero(now_s + cost * corr / 1000.0 > q.deadline[lo:hi])
     items = q.items
     return [items[lo + i] for i in late.tolist()]  # in queue order
+
+
+def infeasible_detail(e: Entry, now_s: float, start_s: float, margin_s: float, behind: bool,
+                      correction: float) -> str:
+    """The numbers an infeasibility refusal was made on, as the client reads them: how long
+    the request waited, when it could start, what running it costs by the estimate, against
+    its SLA (the same expression as ``infeasible_entries``)."""
+    seed_ms = e.efficient_ms if behind else e.alone_ms
+    run_ms = seed_ms * correction
+    finish_ms = (start_s - margin_s - e.req.arrival_s) * 1000.0 + run_ms
+    start = (f"starts in {(start_s - now_s) * 1000.0:.1f} ms, after the batch just dispatched"
+             if start_s > now_s else "starts now")
+    margin = f" (less the {margin_s * 1000.0:.1f} ms margin)" if margin_s else ""
+    how = "in an efficient batch (queue behind)" if behind else "alone"
+    return (f"estimated finish {finish_ms:.1f} ms after arrival > SLA {e.req.sla_ms:.1f} ms: "
+            f"waited {(now_s - e.req.arrival_s) * 1000.0:.1f} ms, {start}{margin}, then runs "
+            f"{run_ms:.1f} ms {how}: {e.seq_len} tokens, estimate {seed_ms:.1f} ms x cost "
+            f"correction {correction:.2f}")
+
+
+def late_even_alone(e: Entry, correction: float) -> bool:
+    """Whether ``e``'s SLA is below its own run time alone: hopeless at any load."""
+    return e.alone_ms * correction > e.req.sla_ms

@@ -14,7 +14,9 @@ from typing import Iterable, Mapping
 
 import yaml
 
-from .profile import HardwareProfile, ProfileError, profile_from_mapping
+from .profile import HardwareProfile, ProfileError
+
+from .profile_parse import profile_from_mapping
 from .safe_repr import short_repr
 
 # A shipped profile is about 2 KB; this leaves room for comments, and parses in

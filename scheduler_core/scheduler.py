@@ -19,86 +19,24 @@ One ``schedule(now_s)`` reads as the design's layers, each in its own file:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 from .control_loop import ControlLoop, Observation
 from .cost_model import CostEstimator
-from .entry_queue import SMALL_QUEUE, Entry, EntryQueue, infeasible_entries
+from .as_handed import AsHandedRule
+from .entry_queue import (SMALL_QUEUE, Entry, EntryQueue, infeasible_detail, infeasible_entries,
+                          late_even_alone)
 from .formers import BatchFormer, Candidate, make_former
+from .overload import OverloadState
 from .policy import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
+from .scheduler_stats import SchedulerStats
 
 __all__ = ["Scheduler", "SchedulerStats", "Observation", "BatchDecision", "QueueFull"]
 
 
-@dataclass(frozen=True)
-class SchedulerStats:
-    """Plain numbers for the adapter to log or publish; the core exports no metrics."""
-
-    queue_depth: int
-    window_ms: float
-    utilization: float
-    delay_variation: float
-    batches: int
-    requests: int
-    cost_correction: float  # the estimator's drift from its seed (1 = none)
-    zone: int = 0
-    prewarmed: bool = False
-    zone_score: float = 0.0
-    observation_age_ms: float = 0.0
-    p99_ms: float = 0.0
-    p99_cv: float = 0.0
-    logical_rate: float = 1.0
-    sla_met: int = 0
-    sla_missed: int = 0
-    rejected_infeasible: int = 0
-    emergency_batches: int = 0
-    compensation_batches: int = 0
-    explicit_batches: int = 0
-    perception_ok: bool = True
-    control_period_ms: float = 0.0  # measured interval between the last two decisions
-    control_lag_ms: float = 0.0  # how late the last decision ran against control_period_ms
-    utilization_source: str = "busy_fraction"
-    former: str = ""  # the batch former of the current mode
-    cost_error: float = 0.0  # smoothed |measured - predicted| / measured batch time
-
-
-def infeasible_detail(e: Entry, now_s: float, start_s: float, margin_s: float, behind: bool,
-                      correction: float) -> str:
-    """The numbers an infeasibility refusal was made on, as the client reads them: how long
-    the request waited, when it could start, what running it costs by the estimate, against
-    its SLA (the same expression as ``infeasible_entries``)."""
-    seed_ms = e.efficient_ms if behind else e.alone_ms
-    run_ms = seed_ms * correction
-    finish_ms = (start_s - margin_s - e.req.arrival_s) * 1000.0 + run_ms
-    start = (f"starts in {(start_s - now_s) * 1000.0:.1f} ms, after the batch just dispatched"
-             if start_s > now_s else "starts now")
-    margin = f" (less the {margin_s * 1000.0:.1f} ms margin)" if margin_s else ""
-    how = "in an efficient batch (queue behind)" if behind else "alone"
-    return (f"estimated finish {finish_ms:.1f} ms after arrival > SLA {e.req.sla_ms:.1f} ms: "
-            f"waited {(now_s - e.req.arrival_s) * 1000.0:.1f} ms, {start}{margin}, then runs "
-            f"{run_ms:.1f} ms {how}: {e.seq_len} tokens, estimate {seed_ms:.1f} ms x cost "
-            f"correction {correction:.2f}")
-
-
-class _HandedOver:
-    """A hand-over the caller holds, as perception reads a queue (``takes_as_handed``)."""
-
-    __slots__ = ("n", "deadline_s")
-
-    def __init__(self, n: int, deadline_s: float):
-        self.n, self.deadline_s = n, deadline_s
-
-    def __len__(self) -> int:
-        return self.n
-
-    def min_deadline(self) -> float:
-        return self.deadline_s
-
-
-class Scheduler:
+class Scheduler(AsHandedRule):
     """Explicit-control batching over one device (one batch in flight at a time)."""
 
     @classmethod
@@ -134,12 +72,7 @@ class Scheduler:
             for mode, name in ((Mode.DEFAULT, safe), (Mode.EXPLICIT, ctl.explicit_former),
                                (Mode.EMERGENCY, ctl.emergency_former))}
         self.overload_former = make_former(ctl.overload_former, cfg, ctl, estimator, small_queue)
-        # The smoothed share of the queue that the estimate calls late (_measure_late_share).
-        self.late_share = 0.0
-        self._overloaded = False  # see ``overloaded``
-        self._late_share_at_s = start_s
-        self._arrived = False  # a request was queued since the late share was measured
-        self._expired = 0  # hand-over_expired's requests, for the next measurement
+        self.overload = OverloadState(ctl, start_s)  # the late share (overload.py)
         self.counts = {"batches": 0, "requests": 0, "rejected_infeasible": 0,
                        "emergency_batches": 0, "compensation_batches": 0,
                        "explicit_batches": 0}
@@ -152,7 +85,7 @@ class Scheduler:
         alone, efficient = self._estimates(request.seq_len)
         logical_arrival = self.loop.on_arrival(now_s, request.sla_ms,
                                                alone * self.estimator.correction)
-        self._arrived = True
+        self.overload.arrived()
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
 
     def _estimates(self, n: int) -> tuple[float, float]:
@@ -181,7 +114,7 @@ class Scheduler:
             loop.note_sla(request.sla_ms, alone * correction)
             entries.append((request, alone, efficient))
         logical_arrival = loop.on_arrival(now_s, math.inf, 0.0, len(taken))
-        self._arrived = True
+        self.overload.arrived()
         for request, alone, efficient in entries:
             self._queue.append(Entry(request, logical_arrival, alone, efficient))
         return left
@@ -239,7 +172,7 @@ class Scheduler:
         state = self.loop.state
         rejected = self._shed(now_s, now_s)
         mode = state.mode
-        former = self.overload_former if self._overloaded else self.formers[mode]
+        former = self.overload_former if self.overload.overloaded else self.formers[mode]
         util = state.observation.utilization
         if not self._queue:
             return BatchDecision((), None, Reason.IDLE, state.window_ms, util, 0.0, rejected,
@@ -260,117 +193,11 @@ class Scheduler:
         return BatchDecision(tuple(e.req for e in entries), None, reason, state.window_ms, util,
                              candidate.estimated_ms, rejected, state.zone, mode, former.name)
 
-    def takes_as_handed(self, now_s: float, batch: Sequence[QueuedRequest]) -> float | None:
-        """A hand-over the caller holds (intake hold's call) as one batch, as Triton's
-        batcher handed it over, where that is the batch ``schedule`` would form from it
-        anyway, known from a few sums instead of a decision's scans. A number (the batch's
-        estimate, ms): ``batch`` is taken, its arrivals counted as ``submit`` counts them
-        (the caller runs it, then ``batch_started`` / ``batch_finished`` as for any
-        batch); None: nothing changed but the control loop's tick, and the caller submits
-        the requests and asks ``schedule``.
-
-        The conditions, each one a reason ``schedule`` could form something else:
-
-        * nothing is queued; no compensation batch is due; no sustained overload; the
-          mode's former is FIFO or length-aware (default batching, or explicit control:
-          not the emergency policy's small batches);
-        * the batch fits one batch (``max_batch_size``, ``max_batch_tokens``);
-        * every member ends in time in it, by the estimate (less the infeasibility
-          margin): none is refused, and no deadline guard or urgency order has anything
-          to change; with a length-aware former, the batch is also within the reserved
-          capacity's duration cap;
-        * on a padded device, no split into two batches saves a launch
-          (``_no_split_pays``): the former splits only where its split costs less than
-          the whole batch, and no split of more batches pays where none of two does.
-
-        Outside explicit control this is the design's flow chart (batch conventionally, no
-        per-request decision); inside it, the decision it would take. The tick sees the
-        hand-over as the queue (depth, tightest deadline), as it would once submitted, and
-        the late share is measured (none late), so the control loop follows the load
-        whichever path the call takes."""
-        n = len(batch)
-        cfg, est = self.cfg, self.estimator
-        if not n or self._queue or n > cfg.max_batch_size:
-            return None
-        lengths = [r.seq_len for r in batch]
-        longest, real = max(lengths), sum(lengths)
-        if n * longest > cfg.max_batch_tokens:
-            return None
-        first_deadline = min(r.deadline_s for r in batch)
-        # ``schedule`` ticks after ``submit`` registered the SLAs, so a perception on that
-        # tick sees the hand-over's tightest SLA (the reserved-capacity cap follows it):
-        # registered before this tick too. Only the smallest can set it; one infeasible
-        # even alone is declined below anyway.
-        tightest = min(batch, key=lambda r: r.sla_ms)
-        k = tightest.seq_len
-        self.loop.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
-                           * self.estimator.correction)
-        self.loop.tick(now_s, _HandedOver(n, first_deadline))
-        state = self.loop.state
-        former = self.formers[state.mode].name
-        if (former not in ("fifo", "length_aware") or state.compensation_size > 0
-                or self.overloaded):
-            return None
-        squared = sum(k * k for k in lengths)
-        batch_ms = est.estimate_parts_ms(n, longest, real, squared)
-        margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
-        if now_s + batch_ms / 1000.0 > first_deadline - margin_s:
-            return None
-        if former != "fifo":
-            if state.tightest_sla_ms and batch_ms > (
-                    (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms):
-                return None
-            if est.cost_mode == "padded" and not self._no_split_pays(
-                    lengths, n, longest, real, squared):
-                return None
-        # Every member ends in time in the batch: the smallest SLA is a feasible one.
-        self.loop.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
-        self._arrived = True
-        self._measure_late_share(now_s, 0, n)
-        self._count_dispatch(n, state.mode, Reason.FLUSH, False)
-        return batch_ms
-
-    def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
-                       squared: int) -> bool:
-        """Whether a padded batch costs less whole than split in two (the cost model's
-        line; a measured table keeps the line it was fitted with), time-scaled, where a
-        split costs one more launch and one more batch's host time (``batch_host_ms``).
-
-        Its padding costing less than that is enough, and cheap: a split saves at most
-        the padding. On the formula (no table) the
-        exact rule follows: the cheapest split of two puts a shortest-first prefix of
-        ``k`` requests, longest ``L``, beside the rest, and saves
-        ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
-        against one more launch (``per_sequence`` is paid either way). Where no such
-        split saves a launch, none of more batches does either: each further cut saves
-        at most what a prefix split of two saves, and costs a launch more. So this is
-        exactly when ``LengthAwareFormer`` keeps the batch whole: it splits only where
-        its split (one batch, then the rest as one) costs less than the whole."""
-        est = self.estimator
-        cm, scale = est.cfg, est.time_scale * est.correction
-        per_tok, per_sq = cm.per_token_ms * scale, cm.per_token_squared_ms * scale
-        # What a split adds: a launch, and one more batch's host time (not time-scaled).
-        launch = cm.fixed_ms * scale + self.cfg.batch_host_ms
-        padding_ms = (per_tok * (n * longest - real)
-                      + per_sq * (n * longest * longest - squared))
-        if padding_ms < launch or est.table is not None:
-            return padding_ms < launch
-        bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
-        k = 0
-        for length in sorted(lengths):
-            if length == longest:
-                break  # the rest are the longest: a split there saves nothing
-            k += 1
-            if k * (per_tok * (longest - length)
-                    + per_sq * (longest * longest - length * length)) >= bound:
-                return False
-        return True
-
     def min_meetable_sla_ms(self) -> float:
         """The smallest SLA in the queue that its request can meet, run alone now (inf:
         none): a request late even alone is refused at once whatever the load."""
         correction = self.estimator.correction
-        return min((e.req.sla_ms for e in self._queue if not _late_even_alone(e, correction)),
+        return min((e.req.sla_ms for e in self._queue if not late_even_alone(e, correction)),
                    default=math.inf)
 
     def _shed(self, now_s: float, start_s: float) -> tuple[tuple[QueuedRequest, str], ...]:
@@ -384,9 +211,9 @@ class Scheduler:
         doomed = infeasible_entries(self._queue, start_s - margin_s, correction, behind,
                                     self.small_queue)
         if start_s == now_s and self._queue:  # the decision's first look
-            self._measure_late_share(now_s, len(doomed), len(self._queue))
-        if doomed and not self._refusing_late():  # only the hopeless: late even alone, at once
-            doomed = [e for e in doomed if _late_even_alone(e, correction)]
+            self.overload.measure(now_s, len(doomed), len(self._queue))
+        if doomed and not self.overload.refusing_late():  # only the hopeless: late even alone, at once
+            doomed = [e for e in doomed if late_even_alone(e, correction)]
         if not doomed:
             return ()
         self._queue.discard(doomed)
@@ -406,85 +233,32 @@ class Scheduler:
             self.counts["explicit_batches"] += 1
 
     @property
+    def late_share(self) -> float:
+        """The smoothed share of each hand-over the estimate calls late (overload.py)."""
+        return self.overload.late_share
+
+    @property
     def overloaded(self) -> bool:
-        """A sustained overload: from when the smoothed late share reaches
-        ``overload_late_share`` until it falls below ``overload_exit_late_share`` (intake
-        hold budgets its calls meanwhile; see ControlConfig)."""
-        return self._overloaded
+        """A sustained overload (overload.py): intake hold budgets its calls meanwhile."""
+        return self.overload.overloaded
 
     def refuse_queued(self, now_s: float, call_size: int = 0) -> list[QueuedRequest]:
         """Empty the queue and count its requests as refused (the caller answers each):
-        intake hold's call budget under overload. With the ``call_size`` they came in, the
-        share refused counts as late in ``late_share``: demand the device did not carry.
-        A budgeted call keeps the next hand-over young, so the hand-overs alone read a
-        steady overload as over every few calls; a call that refuses little (a short
-        clump) moves the share little, so the state still ends once the load falls."""
+        intake hold's call budget under overload; with the ``call_size`` they came in, the
+        share refused counts as late (``OverloadState.refused``)."""
         refused = self.drain()
         self.counts["rejected_infeasible"] += len(refused)
-        if refused and call_size:
-            self._smooth_late_share(now_s, min(1.0, len(refused) / call_size))
+        self.overload.refused(now_s, len(refused), call_size)
         return refused
 
     def hand_over_expired(self, now_s: float, count: int, queued: int) -> None:
-        """``count`` requests of a hand-over whose client timeout passed in Triton's queue,
-        refused by the caller before they were queued: demand that came too late, so they
-        count as late in that hand-over's late-share measurement, as a request the
-        estimate calls late does (at its first decision; at once where none of the
-        hand-over was queued, ``queued`` 0). Uncounted, a timeout shorter than the SLA
-        hides the overload from the late share until the calls run long."""
-        if count <= 0:
-            return
-        self._expired += count
-        self._arrived = True
-        if not queued:
-            self._measure_late_share(now_s, 0, 0)
-
-    def _measure_late_share(self, now_s: float, late: int, queued: int) -> None:
-        """Smooth ``late`` (of the ``queued`` requests, by the estimate, now; with the
-        hand-over's expired ones) into ``late_share``: at the first decision after
-        arrivals, so a call's hand-over counts once, not again as the queue drains."""
-        if not self._arrived:
-            return
-        self._arrived = False
-        late, queued, self._expired = late + self._expired, queued + self._expired, 0
-        self._smooth_late_share(now_s, late / queued)
+        """A hand-over's requests refused for their passed client timeout
+        (``OverloadState.hand_over_expired``)."""
+        self.overload.hand_over_expired(now_s, count, queued)
 
     def call_overran(self, refused: int, handled: int) -> None:
-        """Intake hold: a call has run past its overload budget (a share of the smallest
-        SLA it carries) and refused ``refused`` of the ``handled`` requests it decided so
-        far. At overload_exit_late_share or more, the call is an overload on its own: the
-        state is entered at once, held at that share, and the call keeps its budget. What
-        arrives during a call waits, unseen, in Triton's queue until it returns; at an
-        overload's onset the smoothed share moves a call too late, and one unbudgeted
-        call runs long enough to make the next hand-over late before the plugin sees it
-        (docs/reliability.md, the overload's onset)."""
-        share = refused / handled if handled else 0.0
-        ctl = self.control
-        if not self._overloaded and share >= min(ctl.overload_exit_late_share,
-                                                 ctl.overload_late_share):
-            self._overloaded = True
-            self.late_share = max(self.late_share, share)
-
-    def _smooth_late_share(self, now_s: float, share: float) -> None:
-        """Move ``late_share`` towards ``share`` (exponentially, over refusal_window_ms)
-        and update the overload state (entered at overload_late_share, left below
-        overload_exit_late_share)."""
-        dt = max(0.0, now_s - self._late_share_at_s)
-        self._late_share_at_s = now_s
-        weight = 1.0 - math.exp(-dt * 1000.0 / self.control.refusal_window_ms)
-        self.late_share += weight * (share - self.late_share)
-        ctl = self.control
-        if self.late_share >= ctl.overload_late_share:
-            self._overloaded = True
-        elif self.late_share < min(ctl.overload_exit_late_share, ctl.overload_late_share):
-            self._overloaded = False
-
-    def _refusing_late(self) -> bool:
-        """Whether a request late from waiting is refused: once ``late_share`` reaches
-        ``refusal_late_share`` (0: always; see ControlConfig). One late even alone and at
-        once (its SLA below its own run time) is refused always, in ``_shed``."""
-        share = self.control.refusal_late_share
-        return share <= 0 or self.late_share >= share
+        """Intake hold's call is past its overload budget (``OverloadState.call_overran``)."""
+        self.overload.call_overran(refused, handled)
 
     def _behind(self) -> bool:
         return len(self._queue) >= self.cfg.max_batch_size
@@ -584,8 +358,3 @@ class Scheduler:
     def __repr__(self) -> str:
         return (f"Scheduler(queue_depth={len(self._queue)}, zone={self.loop.zones.zone.name}, "
                 f"batches={self.counts['batches']})")
-
-
-def _late_even_alone(e: Entry, correction: float) -> bool:
-    """Whether ``e``'s SLA is below its own run time alone: hopeless at any load."""
-    return e.alone_ms * correction > e.req.sla_ms

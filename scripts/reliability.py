@@ -1,4 +1,4 @@
-"""Entry point of benchmarks/reliability.py, whose docstring says what it does and how to run it."""
+"""Entry point of the benchmarks/reliability/ package, whose docstring says what it does and how to run it."""
 
 import sys
 

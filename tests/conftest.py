@@ -77,7 +77,7 @@ def model_repository(tmp_path_factory, gate_dir) -> str:
 
 @pytest.fixture(scope="session")
 def server(model_repository, tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     log = str(tmp_path_factory.mktemp("logs") / "tritonserver.log")
     srv = TritonServer(model_repository, log_path=log, exit_timeout_s=15)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Mapping
 
-from scheduler_core.profile import HardwareProfile, ProfileError, with_dotted_overrides
+from scheduler_core.profile import HardwareProfile, ProfileError
+
+from scheduler_core.profile_parse import with_dotted_overrides
 from scheduler_core.profile_files import load_profile_dir, select_profile
 from sidecar.nvml import detect_device_name
 

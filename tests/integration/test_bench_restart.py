@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from benchmarks.bench import Bench
+from benchmarks.bench_server import Bench
 from tests.eventually import eventually
 from tests.integration.models import emulated_copy
 
@@ -22,7 +22,7 @@ STARTED = ("bench_a", "bench_c")  # loaded by the server's own --load-model argu
 
 @pytest.fixture()
 def server(tmp_path):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path / "repo")
     for name in ("bench_a", "bench_b", "bench_c"):
@@ -35,7 +35,7 @@ def server(tmp_path):
 
 
 def test_a_restart_brings_back_every_model_as_the_run_had_it(server):
-    from triton_backend.launcher import loaded_models
+    from server_ops.launcher import loaded_models
 
     bench = Bench(server, STARTED)
     bench.configure("bench_a", {"time_scale": "3"})

@@ -24,7 +24,7 @@ TIME_SCALE = "5"
 def slowed_server(tmp_path_factory):
     """Its own server: a copy of the shipped repository whose two emulated models get
     the model-config parameter time_scale "5"; only those two are loaded."""
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("compare") / "model_repository")
     shutil.copytree(SHIPPED_REPOSITORY, repo,

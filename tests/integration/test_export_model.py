@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from operator_tools.export_cmd import VENDOR_DIR, export_model
 from tests.conftest import REPO_ROOT
 from tests.integration import wheelhouse
-from triton_backend.launcher import TritonServer
+from server_ops.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 SERVER_PYTHON = os.environ.get("PYTHON", "/usr/bin/python3.11")

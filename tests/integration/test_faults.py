@@ -53,7 +53,7 @@ def _param(key: str, value) -> str:
 
 @pytest.fixture(scope="module")
 def fault_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("faults") / "repo")
     os.makedirs(repo)

@@ -79,7 +79,7 @@ def _front(repo: str, name: str, weight_type: str) -> None:
 
 @pytest.fixture(scope="module")
 def front_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     base = tmp_path_factory.mktemp("front")
     repo = str(base / "repo")

@@ -26,7 +26,7 @@ SECRET = "s3cr3t-outside-the-repository"
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     base = tmp_path_factory.mktemp("hostile")
     repo = base / "repo"

@@ -16,7 +16,7 @@ from benchmarks.repository import copy_model
 from sidecar.triton_metrics import fetch_url, read_samples
 from tests.eventually import eventually
 from tests.integration.gates import DeviceGate
-from triton_backend.intake_config import release_config
+from server_ops.intake_config import release_config
 from triton_backend.metric_catalog import PREFIX
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def _two_instances(model) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     base = tmp_path_factory.mktemp("instances")
     repo = str(base / "repo")

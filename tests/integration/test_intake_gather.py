@@ -19,7 +19,7 @@ from tests.integration.collector import Collector
 from tests.integration.gates import DeviceGate, triton_counts
 from tests.integration.models import emulated_copy
 from triton_backend.executors import deterministic_embedding
-from triton_backend.intake_config import GATHER_MAX_HAND_OVER, gather_config, release_config
+from server_ops.intake_config import GATHER_MAX_HAND_OVER, gather_config, release_config
 
 pytestmark = pytest.mark.integration
 GATHER = "gather_explicit"
@@ -38,7 +38,7 @@ def _model(repo: str, name: str, to_intake, time_scale: float, gate: str = "") -
 
 @pytest.fixture(scope="module")
 def gather_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     base = tmp_path_factory.mktemp("gather")
     repo = str(base / "repo")

@@ -30,7 +30,7 @@ from sidecar.triton_metrics import fetch_url, parse_metrics, rates, read_samples
 from tests.conftest import SHIPPED_REPOSITORY
 from tests.eventually import eventually, stays
 from tests.integration.gates import triton_counts
-from triton_backend.intake_config import hold_config
+from server_ops.intake_config import hold_config
 from triton_backend.metric_catalog import (LATENCY_BUCKETS, METRICS_PUBLISH_PERIOD_S, PREFIX,
                                           sla_class)
 
@@ -46,7 +46,7 @@ DURATION_S = 15.0  # ~400 a class, so each P99 has ~4 beyond it
 
 @pytest.fixture(scope="module")
 def latency_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("latency") / "repo")
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit"),

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from operator_tools import benchmark_mode, live
+from operator_tools import benchmark_mode, live, perf_analyzer
 from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import capacity_rps
+from simulation.simulator import capacity_rps
 from tests.conftest import REPO_ROOT, SHIPPED_REPOSITORY
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def recipe(url: str, rate: float, input_data: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def slowed_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("recipe") / "model_repository")
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, MODEL), os.path.join(repo, MODEL),
@@ -74,7 +74,7 @@ def test_perf_analyzer_at_twice_capacity_exits_0_in_benchmark_mode(slowed_server
     url = slowed_server.http_url
     rate = round(2 * capacity())  # ~286 req/s at time scale 10
     # SLAs slowed like the device, as compare and calibrate do.
-    data = live.scaled_input_data(INPUT, TIME_SCALE, str(tmp_path))
+    data = perf_analyzer.scaled_input_data(INPUT, TIME_SCALE, str(tmp_path))
 
     # As configured (infeasible_policy: reject) the overload is refused and perf_analyzer
     # stops at the first refusal: the run is past the knee.

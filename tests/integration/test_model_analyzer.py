@@ -52,7 +52,7 @@ profile_models:
 
 @pytest.fixture(scope="module")
 def explicit_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("ma") / "model_repository")
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, MODEL), os.path.join(repo, MODEL),

@@ -41,7 +41,7 @@ def numpy2_venv(tmp_path_factory):
 
 
 def test_a_numpy2_python_makes_the_model_refuse_to_load(numpy2_venv, tmp_path, monkeypatch):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = tmp_path / "repo"
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, MODEL), repo / MODEL,

@@ -15,7 +15,9 @@ import pytest
 import tritonclient.http as httpclient
 from click.testing import CliRunner
 
-from operator_tools import analyze_cmd, calibrate_cmd, live, monitor_cmd
+from operator_tools import analyze_cmd, live, monitor_cmd, perf_analyzer
+from operator_tools.calibrate.cli import command as calibrate_command
+from operator_tools.calibrate.common import DEFAULT_INPUT
 from scheduler_core.profile_files import load_profile
 
 pytestmark = pytest.mark.integration
@@ -29,7 +31,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def explicit_server(tmp_path_factory):
     """A server on a copy of the repository that loads only emulated_explicit, slowed by
     time_scale 10, with the model-load API enabled."""
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("operator") / "model_repository")
     shutil.copytree(os.path.join(REPO_ROOT, "model_repository"), repo,
@@ -63,7 +65,7 @@ def test_calibrate_writes_a_profile_the_model_loads_then_monitor_and_analyze(exp
     server, repo = explicit_server
     before = parameters(server)
     out = tmp_path / "calibration" / "t4_live.yaml"
-    output = run(calibrate_cmd.command, [
+    output = run(calibrate_command, [
         "cold-start", "--url", server.http_url, "--metrics-url", server.metrics_url,
         "--model", MODEL, "--model-repository", repo, "--out", str(out), "--rates", "10,40,75",
         "--measurement-ms", "1000"])
@@ -79,7 +81,7 @@ def test_calibrate_writes_a_profile_the_model_loads_then_monitor_and_analyze(exp
     assert (out.parent / "load_latency.png").read_bytes().startswith(b"\x89PNG")
     # Queue depth and utilisation came from the metrics port: a ratio each (which rate is
     # busier is a measurement over 1 s windows on a shared machine; the sweep's arithmetic
-    # is unit-tested offline in tests/unit/operator_tools/test_calibrate_cmd.py).
+    # is unit-tested offline in tests/unit/operator_tools/test_calibrate.py).
     util = [float(r.split("|")[6]) for r in rows]
     assert all(0.0 <= u <= 1.0 for u in util), util
 
@@ -105,7 +107,7 @@ def test_calibrate_writes_a_profile_the_model_loads_then_monitor_and_analyze(exp
 
     # monitor and analyze while perf_analyzer drives the model.
     with tempfile.TemporaryDirectory() as tmp:
-        data = live.scaled_input_data(calibrate_cmd.DEFAULT_INPUT, TIME_SCALE, tmp)
+        data = perf_analyzer.scaled_input_data(DEFAULT_INPUT, TIME_SCALE, tmp)
         load_error = []
 
         def drive():
@@ -139,7 +141,7 @@ def test_calibrate_writes_a_profile_the_model_loads_then_monitor_and_analyze(exp
 def test_step_reloads_each_setting_and_restores_the_config(explicit_server):
     server, _ = explicit_server
     before = parameters(server)
-    output = run(calibrate_cmd.command, [
+    output = run(calibrate_command, [
         "step", "--url", server.http_url, "--metrics-url", server.metrics_url, "--model", MODEL,
         "--step-rate", "30", "--max-steps", "2", "--measurement-ms", "700"])
     assert "| 0.2 | 0.1 |" in output and "| 0.3 | 0.1 |" in output

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import REPO_ROOT
 from tests.integration.refusals import refused_by_its_own_estimate
-from triton_backend.intake_config import parse
+from server_ops.intake_config import parse
 from triton_backend.model_settings import ModelSettings
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 
 from tests.integration.collector import Collector
 from tests.integration.models import emulated_copy, grpc_inputs
-from triton_backend.intake_config import gather_config, hold_config, release_config
-from triton_backend.supervisor import StubSupervisor
+from server_ops.intake_config import gather_config, hold_config, release_config
+from server_ops.supervisor import StubSupervisor
 
 pytestmark = pytest.mark.integration
 MODELS = {"release_explicit": release_config, "gather_explicit": gather_config,
@@ -32,7 +32,7 @@ RNG = np.random.default_rng(29)
 
 
 def test_a_server_with_queued_work_in_every_intake_exits_within_its_exit_timeout(tmp_path):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path / "repo")
     os.makedirs(repo)

@@ -17,8 +17,8 @@ from tests.eventually import eventually
 from tests.integration.collector import Collector
 from tests.integration.gates import DeviceGate, wait_pending
 from tests.integration.models import emulated_copy, grpc_inputs
-from triton_backend.supervisor import StubSupervisor, stub_pids
-from triton_backend.intake_config import hold_config
+from server_ops.supervisor import StubSupervisor, stub_pids
+from server_ops.intake_config import hold_config
 
 pytestmark = pytest.mark.integration
 MODEL = "held_explicit"
@@ -36,7 +36,7 @@ def held_model(repo: str, name: str, time_scale: float, gate: str, **hold) -> No
 
 @pytest.fixture(scope="module")
 def crash_server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     base = tmp_path_factory.mktemp("crash")
     repo = str(base / "repo")

@@ -21,7 +21,7 @@ from tests.eventually import eventually, stays
 from tests.integration.gates import triton_counts
 from tests.integration.models import emulated_copy
 from triton_backend.waker import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
-from triton_backend.intake_config import hold_config
+from server_ops.intake_config import hold_config
 from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ STEADY_S = 3.0  # the counts must stay the same this long to count as stopped
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from triton_backend.launcher import TritonServer
+    from server_ops.launcher import TritonServer
 
     repo = str(tmp_path_factory.mktemp("wake") / "repo")
     extra = ('parameters { key: "sidecar" value: { string_value: "off" } }\n'

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from benchmarks import bench_report as R
+from benchmarks import bench_report_h200 as H
 from benchmarks import benchmark as B
 
 MEASURE_S = 2.0
@@ -34,7 +35,7 @@ def run(rows, ts=10.0, peaks=None):
 
 def verdicts(r):
     out = []
-    R.h200_run_targets(r, lambda *a: out.append(
+    H.h200_run_targets(r, lambda *a: out.append(
         dict(zip(("target", "scope", "measured", "value", "goal", "ok"), a))))
     return {t["target"].split(" (")[0].split(" at every")[0]: t for t in out}
 
@@ -52,8 +53,8 @@ def good_run():
 
 def test_knee_is_the_highest_load_with_99_percent_in_sla_all_lower_too():
     r = good_run()
-    assert R.h200_knee(r, "native") == (0.5, 0.8)
-    assert R.h200_knee(r, "explicit") == (0.8, 1.0)
+    assert H.h200_knee(r, "native") == (0.5, 0.8)
+    assert H.h200_knee(r, "explicit") == (0.8, 1.0)
 
 
 def test_targets_of_a_run_that_meets_them():
@@ -120,10 +121,10 @@ def test_ts1_peak_takes_the_better_native_and_skips_failures():
     ts1 = {"closed_loop": {"explicit": {"throughput_rps": 900.0, "error": None}, "native": [
         {"setting": B.NativeSetting(0), "peak": {"throughput_rps": 1000.0, "error": None}},
         {"setting": B.NativeSetting(2000), "peak": {"error": "boom"}}]}}
-    peak = R.ts1_peak(ts1)
+    peak = H.ts1_peak(ts1)
     assert peak["peaks"]["native"]["throughput_rps"] == 1000.0
     assert peak["native_label"] == B.NativeSetting(0).label
-    assert R.ts1_peak({"overhead": []}) is None
+    assert H.ts1_peak({"overhead": []}) is None
 
 
 def compact(goodput, p99, load=0.2, arrival="poisson", role="explicit", profile="t4"):
@@ -141,7 +142,7 @@ def test_worse_rows_allow_the_stated_noise():
            compact(100.0, 80.0, load=2.0),  # no committed P99 to compare
            compact(0.0, 99.0, role="native"),  # native rows are not compared
            compact(5.0, 1.0, load=0.9)]  # no committed row
-    compared, worse = R.worse_rows(cur, base)
+    compared, worse = H.worse_rows(cur, base)
     assert compared == 4
     assert worse == ["poisson 40%: goodput 96.0 vs 100.0", "poisson 60%: P99 56 vs 50 ms"]
 
@@ -151,7 +152,7 @@ def test_compact_emulated_reads_stats_and_their_json_form():
     block = {"profile": "a100", "cost_mode": "ragged",
              "cells": [{"load": 0.7, "arrival": "bursty",
                         "measured": {"explicit": s, "native": s.to_dict()}}]}
-    rows = R.compact_emulated([block])
+    rows = H.compact_emulated([block])
     assert [r["role"] for r in rows] == ["explicit", "native"]
     assert rows[0]["goodput_rps"] == rows[1]["goodput_rps"] == pytest.approx(25.0)
     assert rows[0]["profile"] == "a100" and rows[1]["arrival"] == "bursty"
@@ -159,7 +160,7 @@ def test_compact_emulated_reads_stats_and_their_json_form():
 
 def regression(results):
     out = []
-    R.regression_targets(results, lambda *a: out.append(
+    H.regression_targets(results, lambda *a: out.append(
         dict(zip(("target", "scope", "measured", "value", "goal", "ok"), a))))
     return out
 
@@ -210,4 +211,4 @@ def test_h200_markdown_and_targets_render(tmp_path):
     assert "Host-bound: EMULATED h200_minilm at time scale 0.01" in text
     assert "closed-loop peak vs native, device nearly free (host-bound)" in text
     assert "| 0.80 | >= 0.9x | **MISSED** |" in text  # 4000 / 5000
-    assert math.isfinite(R.in_sla_rps(seg(10), 2.0))
+    assert math.isfinite(H.in_sla_rps(seg(10), 2.0))

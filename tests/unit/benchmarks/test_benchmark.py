@@ -6,12 +6,12 @@ import pytest
 
 from benchmarks import bench_report as R
 from benchmarks import benchmark as B
-from benchmarks.loadgen import LoadResult
+from benchmarks.load_result import LoadResult
 from operator_tools.records import timed_record
-from scheduler_core import baselines
-from scheduler_core import workload as W
+from simulation import baselines
+from simulation import workload as W
 from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.simulator import simulate
+from simulation.simulator import simulate
 
 PROFILES = "model_repository/emulated_explicit/profiles"
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from triton_backend.intake_config import parse
+from server_ops.intake_config import parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -12,8 +12,9 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from benchmarks.loadgen import (Arrival, LoadGenerator, LoadResult, check_local_url,
-                                    concat_phases, fixed_rate)
+from benchmarks.load_result import LoadResult
+
+from benchmarks.loadgen import Arrival, LoadGenerator, check_local_url, concat_phases, fixed_rate
 from operator_tools.records import LOST, OK, timed_record
 from scheduler_core.stats import percentile
 

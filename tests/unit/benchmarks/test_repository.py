@@ -4,7 +4,7 @@ protobuf and given parameters, with no bytecode caches."""
 from __future__ import annotations
 
 from benchmarks.repository import copy_model, edit_model, set_max_batch_size
-from triton_backend.intake_config import hold_config, parse, release_config
+from server_ops.intake_config import hold_config, parse, release_config
 
 
 def _config(folder: str):

@@ -32,9 +32,9 @@ from hypothesis.errors import InvalidArgument
 
 from scheduler_core import profile_limits
 from scheduler_core.profile import (ControlConfig, CostModelConfig, EmulationConfig,
-                                    HardwareProfile, ProfileError, SchedulerConfig,
-                                    parse_override, profile_from_mapping, with_emulation,
-                                    with_overrides)
+                                    HardwareProfile, ProfileError, SchedulerConfig)
+from scheduler_core.profile_parse import (parse_override, profile_from_mapping, with_emulation,
+                                          with_overrides)
 from scheduler_core.profile_files import load_profile, load_profile_dir, select_profile
 
 FUZZ = settings(max_examples=300, deadline=None,

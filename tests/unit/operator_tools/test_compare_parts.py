@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from operator_tools import compare_cmd as C
+from operator_tools.compare import cli as C, outcome, segments
 from operator_tools import perf_analyzer as pa
 from operator_tools import report
 from operator_tools.records import exported_record
@@ -19,8 +19,8 @@ def test_match_requests_by_content_and_send_order():
         exported_record(1_010_000_000, 1_030_000_000, (101, 5, 102), 250.0),
         exported_record(1_021_000_000, None, (101, 6, 7, 102), None),
         exported_record(1_040_000_000, 1_050_000_000, (101, 9, 102), None)))
-    seg = C.Segment(0, "m", "native", planned=3, run=run)
-    C.match_requests(seg, [10.0, 20.0, 30.0], entries)
+    seg = segments.Segment(0, "m", "native", planned=3, run=run)
+    segments.match_requests(seg, [10.0, 20.0, 30.0], entries)
     assert seg.unmatched == 1
     assert [(r.scheduled_s * 1e3, r.sla_ms, r.seq_len, r.latency_ms) for r in seg.requests] == [
         (10.0, 250.0, 3, 20.0), (20.0, 500.0, 4, None)]
@@ -65,9 +65,9 @@ class _Scraper:
 
 
 def _segment(index: int, model: str, output: str = "", error: str | None = None,
-             hung: str = "", unmatched: int = 0) -> C.Segment:
+             hung: str = "", unmatched: int = 0) -> segments.Segment:
     run = pa.TraceRun(model, ("pa",), 0 if error is None else 1, output, 0, (), error)
-    return C.Segment(index, model, "explicit", planned=1, run=run, hung=hung,
+    return segments.Segment(index, model, "explicit", planned=1, run=run, hung=hung,
                      unmatched=unmatched)
 
 
@@ -77,8 +77,8 @@ def test_run_warnings_names_each_environmental_cause_and_each_failed_segment():
     line naming the segment; a clean run gets none. (The integration test fails only on
     the second kind.)"""
     clean = [_segment(0, "x"), _segment(1, "n")]
-    assert C.run_warnings(clean, _Scraper()) == []
-    warnings = C.run_warnings(
+    assert outcome.run_warnings(clean, _Scraper()) == []
+    warnings = outcome.run_warnings(
         [_segment(0, "x", output=pa.FELL_BEHIND), _segment(1, "n", error="exit 99"),
          _segment(2, "x", hung="perf_analyzer hung after 3 s", unmatched=2)],
         _Scraper(failures=3, last_error="ScrapeTimeout"))

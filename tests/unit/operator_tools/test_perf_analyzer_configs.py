@@ -12,7 +12,7 @@ import pytest
 from benchmarks import make_perf_inputs
 from operator_tools import perf_analyzer as pa
 from operator_tools.records import exported_record
-from scheduler_core import workload as W
+from simulation import workload as W
 
 CONFIGS = pa.CONFIGS_DIR
 

@@ -12,9 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from operator_tools import simulate_cmd as S
+from operator_tools import simulate_runs as R
 from operator_tools.cli import main
 from operator_tools.workload_spec import apply_overrides, load_workload_spec
-from scheduler_core import workload as W
+from simulation import workload as W
 from scheduler_core.profile_files import load_profile
 
 CONFIGS = S.CONFIGS_DIR
@@ -151,17 +152,17 @@ def test_tune_finds_a_setting_at_least_as_good_and_writes_a_loadable_profile(tmp
                              duration_s=4.0)
     arrivals = spec.arrivals(1.0)
     native = S.shipped_native_batcher()
-    tuned_run = S.run_policy("explicit", tuned, 1.0, arrivals, native)
-    base_run = S.run_policy("explicit", base, 1.0, arrivals, native)
+    tuned_run = R.run_policy("explicit", tuned, 1.0, arrivals, native)
+    base_run = R.run_policy("explicit", base, 1.0, arrivals, native)
     assert tuned_run.goodput_rps >= base_run.goodput_rps
     assert tuned_run.goodput_rps == pytest.approx(best_goodput, abs=0.051)
 
     # --tune is deterministic, whatever the number of worker processes.
     assert run(*args).output.split("## Tuning")[1] == r.output.split("## Tuning")[1].replace(
         f"\nWrote the best setting to `{target}` (profile `t4_tuned`).\n", "")
-    grid = S.tune_grid(base, (0.2, 0.5), (0.1,), (5.0,))
-    assert (S.tune(base, 1.0, arrivals, grid, jobs=1, progress=False)
-            == S.tune(base, 1.0, arrivals, grid, jobs=2, progress=False))
+    grid = R.tune_grid(base, (0.2, 0.5), (0.1,), (5.0,))
+    assert (R.tune(base, 1.0, arrivals, grid, jobs=1, progress=False)
+            == R.tune(base, 1.0, arrivals, grid, jobs=2, progress=False))
 
 
 def test_tuned_profile_is_usable_by_simulate(tmp_path):

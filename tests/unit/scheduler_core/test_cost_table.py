@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, cost_ms
 from scheduler_core.cost_table import CostTable, CostTableError, RefitTable
-from scheduler_core.profile import CostModelConfig, ProfileError, profile_from_mapping
+from scheduler_core.profile import CostModelConfig, ProfileError
+from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.profile_files import load_profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

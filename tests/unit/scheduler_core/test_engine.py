@@ -4,7 +4,7 @@ driven with plain floats for time (nothing sleeps)."""
 from __future__ import annotations
 
 from scheduler_core.engine import AS_HANDED, Engine, Perceived
-from scheduler_core.native_batcher import TritonDynamicBatcher as NativeBatcher
+from simulation.native_batcher import TritonDynamicBatcher as NativeBatcher
 from scheduler_core.policy import (MIN_WAKE_STEP_S, BatchDecision, QueueFull, Reason,
                                    RejectReason)
 from scheduler_core.profile_files import load_profile, profile_path

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
-from scheduler_core.profile import (ControlConfig, CostModelConfig, ProfileError, SchedulerConfig,
-                                    profile_from_mapping)
+from scheduler_core.profile import ControlConfig, CostModelConfig, ProfileError, SchedulerConfig
+from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.request import QueuedRequest
 from scheduler_core.policy import INFEASIBLE, RejectReason, Zone, refusal_message
 from scheduler_core.scheduler import Scheduler

@@ -13,8 +13,8 @@ from scheduler_core.cost_model import CostEstimator
 from scheduler_core.entry_queue import Entry, EntryQueue
 from scheduler_core.formers import FORMERS, make_former
 from scheduler_core.policy import FORMER_NAMES, Mode
-from scheduler_core.profile import (ControlConfig, CostModelConfig, ProfileError,
-                                    SchedulerConfig, profile_from_mapping)
+from scheduler_core.profile import ControlConfig, CostModelConfig, ProfileError, SchedulerConfig
+from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
 
@@ -209,7 +209,7 @@ def _h200_minilm_scheduler() -> Scheduler:
     padded, at device speed."""
     import os  # noqa: PLC0415
 
-    from scheduler_core.profile import with_emulation  # noqa: PLC0415
+    from scheduler_core.profile_parse import with_emulation  # noqa: PLC0415
     from scheduler_core.profile_files import load_profile, profile_path  # noqa: PLC0415
     from tests.conftest import SHIPPED_REPOSITORY  # noqa: PLC0415
 

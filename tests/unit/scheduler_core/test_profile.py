@@ -10,9 +10,11 @@ import os
 import pytest
 import yaml
 
-from scheduler_core.profile import (COST_MODES, CostModelConfig, EmulationConfig,
-                                    HardwareProfile, ProfileError, SchedulerConfig,
-                                    profile_from_mapping)
+from scheduler_core.profile_limits import COST_MODES
+from scheduler_core.profile import (CostModelConfig, EmulationConfig, HardwareProfile,
+                                    ProfileError, SchedulerConfig)
+
+from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.profile_files import load_profile, profile_path
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -324,7 +326,7 @@ def test_profile_path_refuses_names_that_leave_the_folder(tmp_path, name):
 
 
 def test_with_emulation_overrides_time_scale_and_cost_mode():
-    from scheduler_core.profile import with_emulation
+    from scheduler_core.profile_parse import with_emulation
 
     base = load_profile(T4)
     slowed = with_emulation(base, {"time_scale": 10.0, "cost_mode": "ragged"}, source="params")
@@ -456,7 +458,7 @@ def test_one_bad_file_fails_the_whole_folder(tmp_path):
 
 
 def test_dotted_overrides_are_typed_validated_and_keep_the_source():
-    from scheduler_core.profile import parse_override, with_overrides
+    from scheduler_core.profile_parse import parse_override, with_overrides
 
     base = load_profile(T4)
     assert parse_override("scheduler.alpha", "0.3", "params") == ("scheduler", "alpha", 0.3)

@@ -499,7 +499,7 @@ def test_event_loop_burst_forms_full_batches():
 # -- a hand-over taken as handed (intake hold, outside explicit control) ------------------
 
 from scheduler_core.policy import Mode, decide  # noqa: E402
-from scheduler_core.profile import with_emulation, with_overrides  # noqa: E402
+from scheduler_core.profile_parse import with_emulation, with_overrides  # noqa: E402
 from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 
 _PROFILES = "model_repository/emulated_explicit/profiles"

@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler_core import workload as W
+from simulation import workload as W
 from scheduler_core.entry_queue import Entry, EntryQueue, exact_rank, urgency_order
 from scheduler_core.policy import QueueFull
-from scheduler_core.profile import with_emulation
+from scheduler_core.profile_parse import with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest
 from scheduler_core.scheduler import Scheduler
-from scheduler_core.simulator import capacity_rps, simulate
+from simulation.simulator import capacity_rps, simulate
 
 PROFILE_DIR = "model_repository/emulated_explicit/profiles"
 SHIPPED = ("t4", "a100", "h100", "h200", "cpu", "cdna", "gaudi")

@@ -56,7 +56,7 @@ def shipped_model_config(**params: str) -> dict:
     parameters updated with ``params``."""
     from google.protobuf import json_format
 
-    from triton_backend.intake_config import parse
+    from server_ops.intake_config import parse
 
     with open(os.path.join(SHIPPED_MODEL_DIR, "config.pbtxt"), encoding="utf-8") as fh:
         config = json_format.MessageToDict(parse(fh.read()), preserving_proto_field_name=True)

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler_core.cost_table import CostTable
-from scheduler_core.profile import CalibrationConfig, profile_from_mapping
+from scheduler_core.profile import CalibrationConfig
+from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.scheduler import Scheduler
 from triton_backend.executors import EmulatedDevice
 from triton_backend.load_calibration import calibrate_at_load, fill_rows

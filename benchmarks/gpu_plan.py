@@ -1,0 +1,119 @@
+"""``scripts/gpu_bench.py``'s settings and plan: the models, loads and time budget, and
+how long each segment may run in the time left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from benchmarks import bench_setup as BENCH
+from benchmarks import benchmark as B
+from simulation import workload as W
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+SHIPPED = os.path.join(REPO_ROOT, "model_repository")
+DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "gpu")
+EXPLICIT, EXPLICIT_PEAK = "minilm_explicit", "minilm_explicit_peak"
+NATIVE_SRC = "minilm_native"
+LOADS = (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.5, 2.0)
+NATIVE_DELAYS_US = (0, 1000, 5000)
+NATIVE_MAX_BATCH = 64
+SEED = BENCH.SEED
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+# -- settings ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a mode fixes; ``--cpu-smoke`` shrinks each."""
+
+    smoke: bool
+    grid: tuple[int, int, int]  # calibration_grid(max batch, max length, max batch tokens)
+    calibration_budget_s: float
+    warmups: int
+    repeats: int
+    lengths: W.LogNormalLengths
+    sla_classes_ms: tuple[float, ...]
+    concurrency: int
+    peak_measurement_ms: int
+    loads: tuple[float, ...]
+    warmup_s: float
+    min_segment_s: float
+    max_segment_s: float
+    segment_overhead_s: float  # queue-idle check, stub lookup, client set-up, drain
+    idle_timeout_s: float  # longest wait for every model's backlog to clear before a segment
+    server_start_timeout_s: float
+
+
+GPU = Settings(smoke=False, grid=(64, 512, 64 * 512), calibration_budget_s=20.0, warmups=3,
+               repeats=15, lengths=BENCH.LENGTHS, sla_classes_ms=BENCH.SLA_CLASSES_MS,
+               concurrency=64, peak_measurement_ms=2000, loads=LOADS, warmup_s=1.0,
+               min_segment_s=2.0, max_segment_s=20.0, segment_overhead_s=1.0, idle_timeout_s=30.0,
+               server_start_timeout_s=240.0)
+SMOKE = Settings(smoke=True, grid=(8, 64, 8 * 64), calibration_budget_s=5.0, warmups=1,
+                 repeats=3, lengths=W.LogNormalLengths(median=24.0, sigma=0.5, lo=16, hi=64),
+                 sla_classes_ms=tuple(5.0 * c for c in BENCH.SLA_CLASSES_MS), concurrency=8,
+                 peak_measurement_ms=1500, loads=(0.5, 1.0, 2.0), warmup_s=0.5,
+                 min_segment_s=1.5, max_segment_s=3.0, segment_overhead_s=1.5, idle_timeout_s=20.0,
+                 server_start_timeout_s=240.0)
+
+
+@dataclass
+class Clock:
+    """The run's hard time limit: ``left()`` seconds remain."""
+
+    limit_s: float
+    start: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.limit_s - self.elapsed()
+
+# -- the plan: segment length from the time left -------------------------------------------
+
+def segment_cost_factor(load: float, native: bool) -> float:
+    """How many schedule-lengths a segment holds the run: a native model past its peak
+    keeps a backlog of (load - 1) x the schedule to work off before the next segment."""
+    return 1.0 + (max(0.0, load - 1.0) if native else 0.0)
+
+
+def plan_segment_s(time_left_s: float, loads, n_native: int, warmup_s: float,
+                   overhead_s: float, min_s: float, max_s: float) -> float:
+    """The measured length of each open-loop segment so that every load x (explicit +
+    ``n_native`` native settings) fits ``time_left_s``; clamped to [min_s, max_s] (at the
+    minimum the run may be cut short: segments that no longer fit are skipped)."""
+    factors = [segment_cost_factor(load, native)
+               for load in loads for native in [False] + [True] * n_native]
+    fixed = len(factors) * overhead_s + warmup_s * sum(factors)
+    raw = (time_left_s - fixed) / sum(factors) if factors else max_s
+    return float(min(max_s, max(min_s, raw)))
+
+
+def best_native(cells: dict[str, B.SegmentStats]) -> tuple[str, B.SegmentStats] | None:
+    """The native setting with the best goodput (``B.best_by``), ties to the first."""
+    return B.best_by(((k, v) for k, v in cells.items() if k.startswith("native")), "goodput")
+
+
+def server_errors(stats: B.SegmentStats) -> int:
+    """Requests the server answered with an error of any code (UNAVAILABLE refusals among
+    them: ``bench_report.refusals`` counts those alone); the client's own timeouts, lost
+    requests and failed sends are not server errors."""
+    from operator_tools.records import CLIENT_TIMEOUT, LOST, SEND_FAILED
+    return sum(n for code, n in stats.errors.items()
+               if code not in (CLIENT_TIMEOUT, LOST, SEND_FAILED))
+
+
+MODEL_LINE = re.compile(r'\w+\.py:\d+\] "((?:minilm)[^"]*)"')
+EXPLICIT_LINE = re.compile(r"^(?P<model>\S+): explicit batching on profile '(?P<profile>[^']*)' "
+                            r"\(chosen by (?P<why>[^;]*);.*placement: (?P<placement>.*)$")

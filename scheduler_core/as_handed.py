@@ -1,0 +1,137 @@
+"""The as-handed rule: when intake hold's hand-over runs whole, as Triton's batcher
+handed it over, because it is the batch ``Scheduler.schedule`` would form from it anyway
+(known from a few sums instead of a decision's scans). ``Scheduler`` has it as a base:
+it reads the scheduler's own configuration, estimator, control loop and queue.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .policy import Reason
+from .request import QueuedRequest
+
+
+class _HandedOver:
+    """A hand-over the caller holds, as perception reads a queue (``takes_as_handed``)."""
+
+    __slots__ = ("n", "deadline_s")
+
+    def __init__(self, n: int, deadline_s: float):
+        self.n, self.deadline_s = n, deadline_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def min_deadline(self) -> float:
+        return self.deadline_s
+
+
+class AsHandedRule:
+    """``takes_as_handed`` for ``Scheduler`` (see the module docstring)."""
+
+    def takes_as_handed(self, now_s: float, batch: Sequence[QueuedRequest]) -> float | None:
+        """A hand-over the caller holds (intake hold's call) as one batch, as Triton's
+        batcher handed it over, where that is the batch ``schedule`` would form from it
+        anyway, known from a few sums instead of a decision's scans. A number (the batch's
+        estimate, ms): ``batch`` is taken, its arrivals counted as ``submit`` counts them
+        (the caller runs it, then ``batch_started`` / ``batch_finished`` as for any
+        batch); None: nothing changed but the control loop's tick, and the caller submits
+        the requests and asks ``schedule``.
+
+        The conditions, each one a reason ``schedule`` could form something else:
+
+        * nothing is queued; no compensation batch is due; no sustained overload; the
+          mode's former is FIFO or length-aware (default batching, or explicit control:
+          not the emergency policy's small batches);
+        * the batch fits one batch (``max_batch_size``, ``max_batch_tokens``);
+        * every member ends in time in it, by the estimate (less the infeasibility
+          margin): none is refused, and no deadline guard or urgency order has anything
+          to change; with a length-aware former, the batch is also within the reserved
+          capacity's duration cap;
+        * on a padded device, no split into two batches saves a launch
+          (``_no_split_pays``): the former splits only where its split costs less than
+          the whole batch, and no split of more batches pays where none of two does.
+
+        Outside explicit control this is the design's flow chart (batch conventionally, no
+        per-request decision); inside it, the decision it would take. The tick sees the
+        hand-over as the queue (depth, tightest deadline), as it would once submitted, and
+        the late share is measured (none late), so the control loop follows the load
+        whichever path the call takes."""
+        n = len(batch)
+        cfg, est = self.cfg, self.estimator
+        if not n or self._queue or n > cfg.max_batch_size:
+            return None
+        lengths = [r.seq_len for r in batch]
+        longest, real = max(lengths), sum(lengths)
+        if n * longest > cfg.max_batch_tokens:
+            return None
+        first_deadline = min(r.deadline_s for r in batch)
+        # ``schedule`` ticks after ``submit`` registered the SLAs, so a perception on that
+        # tick sees the hand-over's tightest SLA (the reserved-capacity cap follows it):
+        # registered before this tick too. Only the smallest can set it; one infeasible
+        # even alone is declined below anyway.
+        tightest = min(batch, key=lambda r: r.sla_ms)
+        k = tightest.seq_len
+        self.loop.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
+                           * self.estimator.correction)
+        self.loop.tick(now_s, _HandedOver(n, first_deadline))
+        state = self.loop.state
+        former = self.formers[state.mode].name
+        if (former not in ("fifo", "length_aware") or state.compensation_size > 0
+                or self.overloaded):
+            return None
+        squared = sum(k * k for k in lengths)
+        batch_ms = est.estimate_parts_ms(n, longest, real, squared)
+        margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
+        if now_s + batch_ms / 1000.0 > first_deadline - margin_s:
+            return None
+        if former != "fifo":
+            if state.tightest_sla_ms and batch_ms > (
+                    (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms):
+                return None
+            if est.cost_mode == "padded" and not self._no_split_pays(
+                    lengths, n, longest, real, squared):
+                return None
+        # Every member ends in time in the batch: the smallest SLA is a feasible one.
+        self.loop.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
+        self.overload.arrived()
+        self.overload.measure(now_s, 0, n)
+        self._count_dispatch(n, state.mode, Reason.FLUSH, False)
+        return batch_ms
+
+    def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
+                       squared: int) -> bool:
+        """Whether a padded batch costs less whole than split in two (the cost model's
+        line; a measured table keeps the line it was fitted with), time-scaled, where a
+        split costs one more launch and one more batch's host time (``batch_host_ms``).
+
+        Its padding costing less than that is enough, and cheap: a split saves at most
+        the padding. On the formula (no table) the
+        exact rule follows: the cheapest split of two puts a shortest-first prefix of
+        ``k`` requests, longest ``L``, beside the rest, and saves
+        ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
+        against one more launch (``per_sequence`` is paid either way). Where no such
+        split saves a launch, none of more batches does either: each further cut saves
+        at most what a prefix split of two saves, and costs a launch more. So this is
+        exactly when ``LengthAwareFormer`` keeps the batch whole: it splits only where
+        its split (one batch, then the rest as one) costs less than the whole."""
+        est = self.estimator
+        cm, scale = est.cfg, est.time_scale * est.correction
+        per_tok, per_sq = cm.per_token_ms * scale, cm.per_token_squared_ms * scale
+        # What a split adds: a launch, and one more batch's host time (not time-scaled).
+        launch = cm.fixed_ms * scale + self.cfg.batch_host_ms
+        padding_ms = (per_tok * (n * longest - real)
+                      + per_sq * (n * longest * longest - squared))
+        if padding_ms < launch or est.table is not None:
+            return padding_ms < launch
+        bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
+        k = 0
+        for length in sorted(lengths):
+            if length == longest:
+                break  # the rest are the longest: a split there saves nothing
+            k += 1
+            if k * (per_tok * (longest - length)
+                    + per_sq * (longest * longest - length * length)) >= bound:
+                return False
+        return True

@@ -1,0 +1,167 @@
+"""Stub supervisor: reloads a model whose Python-backend stub died.
+
+Triton 2.51's Python backend neither restarts a dead stub nor marks its model not ready:
+``/v2/models/<m>/ready`` stays 200 while every request fails "Stub process ... is not
+healthy", until the model is reloaded. The supervisor runs beside the server (the same
+host: it reads ``/proc``), watches the stubs of the models it is given, and when a model
+that Triton still reports READY has lost a stub with no replacement (a crash, not a
+reload), it reloads that model through the load API - forced with the model's own config,
+since a plain ``load`` of an unmodified model does nothing. That needs the server in
+``--model-control-mode=explicit`` (``make serve`` starts it so).
+
+    python -m server_ops.supervisor --server-pid PID --url localhost:8000 MODEL [...]
+
+Requests are not the supervisor's business: with ``intake: hold`` every request is inside
+a running ``execute()`` call or still in Triton's queue, and Triton fails them itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from typing import Callable, Iterable
+
+STUB_BINARY = b"triton_python_backend_stub"
+
+
+def _server_stub_argvs(server_pid: int, proc: str) -> dict[int, list[bytes]]:
+    """argv of every Python-backend stub whose parent is ``server_pid`` (one /proc scan)."""
+    stubs = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if ppid != server_pid:
+                continue
+            with open(f"{proc}/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if argv and argv[0].endswith(STUB_BINARY):
+            stubs[int(entry)] = argv
+    return stubs
+
+
+def _of_model(argvs: dict[int, list[bytes]], model: str) -> set[int]:
+    needle = f"/{model}/".encode()
+    return {pid for pid, argv in argvs.items()
+            if any(needle in a or a.endswith(needle[:-1]) for a in argv[1:])}
+
+
+def stub_pids(server_pid: int, model: str, proc: str = "/proc") -> set[int]:
+    """PIDs of the Python-backend stubs of ``model`` whose parent is ``server_pid``."""
+    return _of_model(_server_stub_argvs(server_pid, proc), model)
+
+
+def _http(url: str, body: dict | None = None, timeout_s: float = 5.0) -> bytes:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return resp.read()
+
+
+class StubSupervisor:
+    """Watches the stubs of ``models`` under ``server_pid`` every ``period_s``."""
+
+    def __init__(self, server_pid: int, http_url: str, models: Iterable[str],
+                 period_s: float = 0.5, log: Callable[[str], None] = print,
+                 proc: str = "/proc"):
+        self.server_pid = server_pid
+        self.base = f"http://{http_url}"
+        self.models = tuple(models)
+        self.period_s = period_s
+        self.log = log
+        self.proc = proc
+        self.reloads: dict[str, int] = {m: 0 for m in self.models}
+        self._seen: dict[str, set[int]] = {m: set() for m in self.models}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def seen(self, model: str) -> set[int]:
+        """The stubs of ``model`` the last round found alive (a crash is one of them gone)."""
+        return set(self._seen[model])
+
+    def ready(self, model: str) -> bool:
+        try:
+            _http(f"{self.base}/v2/models/{model}/ready", timeout_s=2.0)
+            return True
+        except OSError:
+            return False
+
+    def check(self) -> list[str]:
+        """One round: the models found crashed (and reloaded) this round."""
+        crashed = []
+        stubs = _server_stub_argvs(self.server_pid, self.proc)  # one scan for every model
+        for model in self.models:
+            live = _of_model(stubs, model)
+            seen = self._seen[model]
+            # A reload starts new stubs before the old ones go; a crash only loses some.
+            if seen and live < seen and self.ready(model):
+                crashed.append(model)
+                self.reload(model, seen - live)
+                live = stub_pids(self.server_pid, model, self.proc)
+            self._seen[model] = live
+        return crashed
+
+    def reload(self, model: str, dead: set[int]) -> None:
+        self.log(f"supervisor: {model}: stub {sorted(dead)} died; reloading the model")
+        started = time.monotonic()
+        try:
+            config = json.loads(_http(f"{self.base}/v2/models/{model}/config"))
+            # The config parameter forces the reload (an unmodified model is skipped).
+            _http(f"{self.base}/v2/repository/models/{model}/load",
+                  {"parameters": {"config": json.dumps(config)}}, timeout_s=120.0)
+        except OSError as exc:
+            self.log(f"supervisor: {model}: reload failed ({exc}); the model keeps failing "
+                     "until it is reloaded (is the server in --model-control-mode=explicit?)")
+            return
+        self.reloads[model] += 1
+        self.log(f"supervisor: {model}: reloaded in {time.monotonic() - started:.1f} s")
+
+    def start(self) -> "StubSupervisor":
+        self._thread = threading.Thread(target=self._run, name="stub-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.check()
+            except Exception as exc:  # keep watching whatever one round hit
+                self.log(f"supervisor: check failed: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
+    parser.add_argument("--period-s", type=float, default=0.5)
+    parser.add_argument("models", nargs="+")
+    args = parser.parse_args(argv)
+    sup = StubSupervisor(args.server_pid, args.url, args.models, args.period_s,
+                         log=lambda m: print(m, flush=True)).start()
+    try:
+        while os.path.exists(f"/proc/{args.server_pid}"):
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sup.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
