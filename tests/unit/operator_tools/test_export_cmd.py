@@ -155,3 +155,16 @@ def test_perf_analyzer_env_puts_cudart_first(monkeypatch):
     assert env["LD_LIBRARY_PATH"] == "/cudart/lib" + os.pathsep + "/old"
     monkeypatch.setattr(resources, "cuda_runtime_lib_dir", lambda: None)
     assert "LD_LIBRARY_PATH" not in resources.perf_analyzer_env({})
+
+
+def test_the_wheel_lists_every_package_of_its_top_level_packages():
+    """setuptools' explicit package list takes no subpackage by itself: each folder with an
+    __init__.py under a listed top-level package must be listed too, or the installed CLI
+    cannot import it."""
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
+    mapped = pyproject()["tool"]["setuptools"]["package-dir"]
+    for top in [p for p in listed if "." not in p]:
+        for folder, _, files in os.walk(os.path.join(REPO_ROOT, top)):
+            if "__init__.py" in files and "__pycache__" not in folder:
+                package = os.path.relpath(folder, REPO_ROOT).replace(os.sep, ".")
+                assert package in listed or package in mapped, package
