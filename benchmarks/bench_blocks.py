@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.bench_server import Bench, peak_text, explicit_peak, peak_window_ms, sim_segment
 from benchmarks.bench_setup import (CLIENT_TIMEOUT_SLAS, EXPLICIT, GRID_LOADS, LADDER_LOADS,
                                     LOWLOAD, LOWLOAD_NATIVE_DELAYS_US, MINI_EXPLICIT, MINI_LENGTHS,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.bench_server import Bench, peak_text, explicit_peak, peak_window_ms
 from benchmarks.bench_setup import (CLIENT_TIMEOUT_SLAS, EXPLICIT, FLAT_LABEL, FLAT_PARAMS,
                                     FLAT_PROFILE, H200, H200_LOADS, H200_MODE,

@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any
 
-from . import benchmark as B
+from . import segment_stats as B
 from benchmarks.bench_report_h200 import h200_markdown, h200_targets
 from benchmarks.bench_targets import (decision_target, errors_cell, fmt_num, knee_targets,
                                       minilm_target, nml_goodput_target, overload_target, fmt_pct,
@@ -58,7 +58,7 @@ def _per_class(s: B.SegmentStats, slas) -> str:
 def _stats_cells(s: B.SegmentStats, slas) -> list[str]:
     cells = [fmt_num(s.goodput_rps), fmt_pct(s.attainment)]
     cells.append(_per_class(s, slas))
-    cells += [fmt_num(s.p50_ms), fmt_num(s.fluctuation, "{:.3f}"), fmt_num(s.mean_busy, "{:.2f}")]
+    cells += [fmt_num(s.p50_ms), fmt_num(s.fluctuation, "{:.3f}"), fmt_num(s.mean_busy, '{:.2f}')]
     return cells
 
 
@@ -103,7 +103,7 @@ def block_markdown(block: dict) -> list[str]:
                 fmt_num(c["rate_rps"]) if first else "", role, *_stats_cells(m, slas), errors_cell(m),
                 fmt_pct(m.padding_waste) if m.padding_waste is not None else
                 f"{fmt_pct(s.padding_waste)} (sim)",
-                fmt_num(m.stub_cpu_us_per_request, "{:.0f}"), fmt_num(m.send_lag_p99_ms, "{:.2f}"),
+                fmt_num(m.stub_cpu_us_per_request, "{:.0f}"), fmt_num(m.send_lag_p99_ms, '{:.2f}'),
                 fmt_num(s.goodput_rps), fmt_pct(s.attainment), sim_p99,
                 fmt_ratio(ratio_m) if first else "", fmt_ratio(ratio_s) if first else "",
                 (f"{best['setting'].label}: {best['sim'].goodput_rps:.1f}" if best and first

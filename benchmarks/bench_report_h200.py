@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Any, Callable
 
-from . import benchmark as B
+from . import segment_stats as B
 from benchmarks.bench_targets import (CPU_TARGET_US, OVERLOAD_TARGET, errors_cell, fmt_num,
                                       fmt_pct, fmt_ratio)
 

@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.bench_setup import (EXPLICIT, EXPLICIT_INTAKE, PEAK_CONCURRENCY, PEAK_EXTRA,
                                     PEAK_MEASURE_MS, PEAK_WINDOW_TS, QUICK_PEAK_MEASURE_MS, SEED,
                                     WAKE_COUNT_SETTLE_S, log)

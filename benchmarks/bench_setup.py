@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.profile_parse import with_emulation
 from simulation import workload as W

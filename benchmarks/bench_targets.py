@@ -8,7 +8,8 @@ import math
 import statistics
 from typing import Any, Callable
 
-from . import benchmark as B
+from . import segment_stats as B
+from operator_tools.report import fmt_num
 
 
 GOODPUT_RATIO_TARGET = 1.75
@@ -23,12 +24,6 @@ CPU_TARGET_US = 150.0
 DECISION_TARGET_US = 200.0
 MINILM_KNEE_TARGET = 1.3
 NO_MANS_LAND_LOADS = (0.6, 0.7, 0.8)  # the grid's loads inside 60-85 %
-
-
-def fmt_num(v: Any, fmt: str = "{:.1f}") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    return fmt.format(v)
 
 
 def fmt_pct(v: Any) -> str:

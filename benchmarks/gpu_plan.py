@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from benchmarks import bench_setup as BENCH
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from simulation import workload as W
 
 

@@ -7,9 +7,10 @@ import json
 import math
 import os
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.gpu_host import device_label
 from benchmarks.gpu_plan import EXPLICIT, EXPLICIT_PEAK, best_native, server_errors
+from operator_tools.report import fmt_num
 
 
 def row_line(row: dict) -> str:
@@ -25,15 +26,12 @@ def row_line(row: dict) -> str:
 
 # -- the report ----------------------------------------------------------------------------
 
-def _f(x, fmt="{:.1f}") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-
 def stats_cells(s: B.SegmentStats | None) -> list[str]:
     if s is None:
         return ["-"] * 6
-    return [_f(s.goodput_rps), _f(100 * s.attainment), _f(s.p50_ms), _f(s.p99_ms),
-            str(server_errors(s)), _f(s.send_lag_p99_ms)]
+    return [fmt_num(s.goodput_rps), fmt_num(100 * s.attainment), fmt_num(s.p50_ms),
+            fmt_num(s.p99_ms),
+            str(server_errors(s)), fmt_num(s.send_lag_p99_ms)]
 
 
 def render_report(results: dict) -> str:
@@ -64,7 +62,7 @@ def render_report(results: dict) -> str:
         lines += ["| batch \\ length (ms) | " + " | ".join(map(str, lens)) + " |",
                   "|---|" + "---:|" * len(lens)]
         for b in bats:
-            lines.append(f"| {b} | " + " | ".join(_f(ms.get((b, n)), "{:.2f}") for n in lens)
+            lines.append(f"| {b} | " + " | ".join(fmt_num(ms.get((b, n)), "{:.2f}") for n in lens)
                          + " |")
         lines.append("")
     srv = results.get("server")
@@ -126,7 +124,7 @@ def render_report(results: dict) -> str:
             for role, s in row["cells"].items():
                 lines.append(f"| {row['load']:.1f} | {role} | "
                              + " | ".join(stats_cells(s))
-                             + f" | {_f(row['idle_wait_s'].get(role))} |")
+                             + f" | {fmt_num(row['idle_wait_s'].get(role))} |")
             for role in row["skipped"]:
                 lines.append(f"| {row['load']:.1f} | {role} | skipped (time limit) "
                              "| | | | | | |")

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.loadgen import OK, Arrival, run_load
 from benchmarks.pages import write_page
 from benchmarks.repository import copy_model
@@ -128,7 +128,7 @@ def _page(rows: list[dict], command: str) -> list[str]:
                      f"{r['plugin_ms'] / r['client_ms']:.2f} | {r['queue_ms']:.1f} | "
                      f"{sum(c[1] for c in r['per_class'].values())} | {r['goodput']:.1f} | {r['lag_p99_ms']:.1f} | {r['lost']} |")
     lines += ["", "Goodput is the met requests over the schedule or until the last answer, "
-              "whichever is later (`benchmarks.benchmark.measured_stats`).",
+              "whichever is later (`benchmarks.segment_stats.measured_stats`).",
               "", "Per SLA class: requests, met, refused, answered late.", "",
               "| rate (req/s) | " + " | ".join(f"{s:.0f} ms" for s in SLA_MS) + " |",
               "|---:|" + "---|" * len(SLA_MS)]

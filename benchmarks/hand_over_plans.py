@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.bench_setup import FLAT_PARAMS, LENGTHS, SEED, SLA_CLASSES_MS
 from benchmarks.pages import write_page
-from scheduler_core.policy import decide
+from scheduler_core.contract import decide
 from scheduler_core.profile_parse import with_dotted_overrides, with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.intake_check import FLAT, fmt
+from benchmarks.intake_check import FLAT
+from operator_tools.report import fmt_num
 from benchmarks.pages import write_page
 from benchmarks.procinfo import cpu_s, find_stub
 from benchmarks.repository import copy_model
@@ -167,10 +168,10 @@ def table(rows: list[Row], peak: float) -> list[str]:
         load = "closed loop (c=64)" if r.fraction is None else f"{r.fraction:g}"
         offered = "-" if r.fraction is None else f"{r.rate:.0f}"
         note = r.error or ("" if r.kept else "perf_analyzer fell behind")
-        lines.append(f"| {r.model} | {load} | {offered} | {fmt(r.throughput, '.0f')} | "
-                     f"{fmt(r.p50_ms, '.1f')} | {fmt(r.p99_ms, '.1f')} | "
-                     f"{fmt(r.stub_us, '.0f')} | {fmt(r.per_call, '.1f')} | "
-                     f"{fmt(r.call_ms, '.1f')} | {note} |")
+        lines.append(f"| {r.model} | {load} | {offered} | {fmt_num(r.throughput, '.0f')} | "
+                     f"{fmt_num(r.p50_ms, '.1f')} | {fmt_num(r.p99_ms, '.1f')} | "
+                     f"{fmt_num(r.stub_us, '.0f')} | {fmt_num(r.per_call, '.1f')} | "
+                     f"{fmt_num(r.call_ms, '.1f')} | {note} |")
     return lines
 
 

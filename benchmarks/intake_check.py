@@ -28,6 +28,7 @@ import sys
 import tempfile
 import urllib.request
 from dataclasses import dataclass
+from operator_tools.report import fmt_num
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,11 +116,6 @@ def _measure(server: TritonServer, model: str, rate: float, measurement_ms: int,
     return Row(result, model, rate, per_request, n / calls if calls else None, error)
 
 
-def fmt(value: float | None, spec: str) -> str:
-    """``value`` formatted by ``spec``, or "-" when there is none."""
-    return "-" if value is None else format(value, spec)
-
-
 def open_loop_table(rows: list[Row]) -> list[str]:
     lines = ["| model | offered rate (req/s) | throughput (req/s) | p50 (ms) | p90 (ms) | "
              "p99 (ms) | stub CPU (us/request) | requests per execute() | load generator "
@@ -130,8 +126,9 @@ def open_loop_table(rows: list[Row]) -> list[str]:
             lines.append(f"| {row.model} | {row.rate:g} | failed: {row.error} | | | | | | |")
             continue
         lines.append(f"| {row.model} | {row.rate:g} | {r.throughput:.1f} | {r.p50_ms:.2f} | "
-                     f"{r.p90_ms:.2f} | {r.p99_ms:.2f} | {fmt(row.stub_us_per_request, '.0f')} "
-                     f"| {fmt(row.requests_per_call, '.1f')} | "
+                     f"{r.p90_ms:.2f} | {r.p99_ms:.2f} | "
+                     f"{fmt_num(row.stub_us_per_request, '.0f')} "
+                     f"| {fmt_num(row.requests_per_call, '.1f')} | "
                      f"{'yes' if r.kept_schedule else 'NO'} |")
     return lines
 
@@ -150,9 +147,10 @@ def closed_loop_table(rows: list[Row], native: Row | None) -> list[str]:
         ratio = r.throughput / base if base else None
         extra = (row.stub_us_per_request - base_cpu
                  if row.stub_us_per_request is not None and base_cpu is not None else None)
-        lines.append(f"| {row.model} | {r.throughput:.0f} | {fmt(ratio, '.2f')} | "
-                     f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {fmt(row.stub_us_per_request, '.0f')} "
-                     f"| {fmt(extra, '+.0f')} | {fmt(row.requests_per_call, '.1f')} |")
+        lines.append(f"| {row.model} | {r.throughput:.0f} | {fmt_num(ratio, '.2f')} | "
+                     f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | "
+                     f"{fmt_num(row.stub_us_per_request, '.0f')} "
+                     f"| {fmt_num(extra, '+.0f')} | {fmt_num(row.requests_per_call, '.1f')} |")
     return lines
 
 

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.bench_setup import (LENGTHS, SLA_CLASSES_MS as BENCH_SLA_CLASSES_MS,
                                     emulated_capacity_rps)
 from benchmarks.loadgen import run_load

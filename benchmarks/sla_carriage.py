@@ -18,7 +18,7 @@ import tempfile
 
 from benchmarks import hold_speed as H
 from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.intake_check import fmt
+from operator_tools.report import fmt_num
 from benchmarks.pages import write_page
 from server_ops.launcher import TritonServer
 
@@ -49,8 +49,8 @@ def measure(rounds: int, rate: float, measurement_ms: int) -> dict:
                         row = H.measure(server, model, data, rate, None, measurement_ms,
                                         concurrency=64 if loop == "closed" else 0)
                         out.setdefault((case, loop), []).append(row)
-                        print(f"round {i} {case}, {loop} loop: {fmt(row.throughput, '.0f')} "
-                              f"req/s, stub {fmt(row.stub_us, '.0f')} us/request "
+                        print(f"round {i} {case}, {loop} loop: {fmt_num(row.throughput, '.0f')} "
+                              f"req/s, stub {fmt_num(row.stub_us, '.0f')} us/request "
                               f"{row.error}", flush=True)
     return out
 

@@ -23,7 +23,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from simulation import workload as W
 from simulation.baselines import TritonDynamicBatcher
 from scheduler_core.profile_files import load_profile
-from simulation.simulator import device_ms, simulate
+from simulation.simulator import fifo_capacity_rps, simulate
 from scheduler_core.stats import percentile
 from operator_tools.perf_analyzer import WRAPPER, read_profile_export
 from operator_tools.records import RequestRecord
@@ -34,13 +34,11 @@ MAX_QUEUE_DELAY_US = 2000  # as shipped in model_repository/emulated_native/conf
 MAX_BATCH_SIZE = 32
 
 
-def fifo_capacity_rps(time_scale: float, seed: int) -> float:
+def fifo_capacity_of_profile(time_scale: float, seed: int) -> float:
     """What a FIFO batcher reaches at best: lengths in arrival order, full batches."""
     p = load_profile(PROFILE)
     lengths = W.sample_lengths(50_000, seed)
-    total_ms = sum(device_ms(p.cost_model, lengths[i:i + MAX_BATCH_SIZE], "padded", time_scale)
-                   for i in range(0, len(lengths), MAX_BATCH_SIZE))
-    return len(lengths) / (total_ms / 1000.0)
+    return fifo_capacity_rps(p.cost_model, "padded", time_scale, lengths, MAX_BATCH_SIZE)
 
 
 def prepare_repository(workdir: str, time_scale: float) -> str:
@@ -102,7 +100,7 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "simulator_validation.md"))
     args = parser.parse_args()
 
-    capacity = fifo_capacity_rps(args.time_scale, args.seed)
+    capacity = fifo_capacity_of_profile(args.time_scale, args.seed)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         repo = prepare_repository(workdir, args.time_scale)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from scheduler_core.policy import ZONE_NAMES
+from scheduler_core.contract import ZONE_NAMES
 from scheduler_core.stats import percentile
 from sidecar.triton_metrics import MetricsParseError, read_samples
 from triton_backend.metric_catalog import PREFIX

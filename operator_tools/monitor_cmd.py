@@ -21,6 +21,7 @@ import yaml
 
 from . import live
 from .live import ControlEffect
+from .report import fmt_num
 
 REMEDIES = {
     "control_period": (
@@ -67,10 +68,6 @@ def _rel(now: float, base: float) -> float:
     return abs(now - base) / abs(base) if base else (0.0 if now == base else math.inf)
 
 
-def _fmt(value: float | None, fmt: str = ".2f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def check_drift(now: ControlEffect, base: ControlEffect, limits: DriftLimits = DriftLimits()
                 ) -> list[Finding]:
     """Compare two control effects metric by metric."""
@@ -99,7 +96,7 @@ def _attainment_findings(now: ControlEffect, base: ControlEffect, limits: DriftL
         nb, nn = base.sla_requests.get(cls, 0), now.sla_requests.get(cls, 0)
         name = f"SLA attainment {cls}"
         if b is None or n is None or nb < limits.min_requests or nn < limits.min_requests:
-            out.append(Finding(name, _fmt(b, ".1%"), _fmt(n, ".1%"), "n/a",
+            out.append(Finding(name, fmt_num(b, ".1%"), fmt_num(n, ".1%"), "n/a",
                                f"needs >= {limits.min_requests} requests in both "
                                f"(baseline {nb:.0f}, now {nn:.0f})"))
             continue
@@ -116,10 +113,10 @@ def _relative_finding(metric: str, b: float | None, n: float | None, limit: floa
                       fmt: str = ".2f") -> Finding:
     """A metric that drifts when it changed by more than ``limit`` (relative)."""
     if b is None or n is None:
-        return Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "n/a", "not measured in both")
+        return Finding(metric, fmt_num(b, fmt), fmt_num(n, fmt), "n/a", "not measured in both")
     change = _rel(n, b)
     drift = change > limit
-    return Finding(metric, _fmt(b, fmt), _fmt(n, fmt), "DRIFT" if drift else "ok",
+    return Finding(metric, fmt_num(b, fmt), fmt_num(n, fmt), "DRIFT" if drift else "ok",
                    f"changed {change:.0%} (limit {limit:.0%})", remedy if drift else "")
 
 
@@ -142,7 +139,8 @@ def _cost_correction_finding(now: ControlEffect, base: ControlEffect, limits: Dr
     """The cost correction drifts when it is far from 1 or changed beyond the limit."""
     b, n = base.cost_correction_ratio, now.cost_correction_ratio
     if b is None or n is None:
-        return Finding("cost_correction_ratio", _fmt(b), _fmt(n), "n/a", "not measured in both")
+        return Finding("cost_correction_ratio", fmt_num(b, ".2f"), fmt_num(n, ".2f"), "n/a",
+                       "not measured in both")
     far = not (1.0 / limits.cost_correction_far <= n <= limits.cost_correction_far)
     change = _rel(n, b)
     drift = far or change > limits.max_cost_correction_change
@@ -179,12 +177,12 @@ def effect_table(effect: ControlEffect) -> str:
             ("profile", effect.profile or "-")]
     rows += [(f"SLA attainment {c}", f"{v:.1%} of {effect.sla_requests.get(c, 0):.0f}")
              for c, v in sorted(effect.sla_attainment.items())]
-    rows += [("mean batch size", _fmt(effect.mean_batch_size)),
-             ("elastic window (ms)", _fmt(effect.window_ms)),
+    rows += [("mean batch size", fmt_num(effect.mean_batch_size, '.2f')),
+             ("elastic window (ms)", fmt_num(effect.window_ms, '.2f')),
              ("zone share safe / nml / danger", " / ".join(
                  f"{effect.zone_share.get(z, 0.0):.0%}" for z in live.ZONE_NAMES)),
-             ("cost_correction_ratio", _fmt(effect.cost_correction_ratio)),
-             ("control period (ms)", _fmt(effect.control_period_ms, ".0f"))]
+             ("cost_correction_ratio", fmt_num(effect.cost_correction_ratio, '.2f')),
+             ("control period (ms)", fmt_num(effect.control_period_ms, ".0f"))]
     return "\n".join(f"  {k:32s} {v}" for k, v in rows)
 
 

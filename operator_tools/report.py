@@ -177,6 +177,15 @@ def command_line(ctx) -> str:
     return " ".join(parts)
 
 
+def fmt_num(value, spec: str = ".1f", missing: str = "-") -> str:
+    """The one number formatter for tables and log lines: ``missing`` where there is no
+    number (None, NaN or infinite), else ``value`` by ``spec``, a format spec (".2f") or a
+    ``str.format`` template ("{:.2f}x")."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing
+    return spec.format(value) if "{" in spec else format(value, spec)
+
+
 def fmt_ms(value: float | None) -> str:
     """Milliseconds for a table cell: ``-`` when unknown, no decimals from 100 ms on."""
     if value is None or math.isnan(value):

@@ -36,7 +36,7 @@ from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrid
 from scheduler_core.profile import HardwareProfile, ProfileError
 from scheduler_core.profile_files import load_profile, profile_path
 from simulation import workload as W
-from simulation.simulator import capacity_rps, device_ms
+from simulation.simulator import capacity_rps, fifo_capacity_rps
 
 
 # From the package when installed as a wheel, else the checkout (operator_tools.resources).
@@ -98,10 +98,7 @@ def capacities(profile: HardwareProfile, time_scale: float, spec: WorkloadSpec |
         lengths = [a.seq_len for a in arrivals]
     s, cm, mode = profile.scheduler, profile.cost_model, profile.emulation.cost_mode
     cap = capacity_rps(cm, mode, time_scale, lengths, s.max_batch_size, s.max_batch_tokens)
-    mb = s.max_batch_size
-    fifo_ms = sum(device_ms(cm, lengths[i:i + mb], mode, time_scale)
-                  for i in range(0, len(lengths), mb))
-    return cap, len(lengths) / (fifo_ms / 1000.0)
+    return cap, fifo_capacity_rps(cm, mode, time_scale, lengths, s.max_batch_size)
 
 
 def _check_options(request_intervals, input_data, write_profile, do_tune, baselines

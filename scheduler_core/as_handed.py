@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .policy import Reason
+from .contract import Reason
 from .request import QueuedRequest
 
 
@@ -73,10 +73,10 @@ class AsHandedRule:
         # even alone is declined below anyway.
         tightest = min(batch, key=lambda r: r.sla_ms)
         k = tightest.seq_len
-        self.loop.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
+        self.controller.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
                            * self.estimator.correction)
-        self.loop.tick(now_s, _HandedOver(n, first_deadline))
-        state = self.loop.state
+        self.controller.tick(now_s, _HandedOver(n, first_deadline))
+        state = self.controller.state
         former = self.formers[state.mode].name
         if (former not in ("fifo", "length_aware") or state.compensation_size > 0
                 or self.overloaded):
@@ -94,7 +94,7 @@ class AsHandedRule:
                     lengths, n, longest, real, squared):
                 return None
         # Every member ends in time in the batch: the smallest SLA is a feasible one.
-        self.loop.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
+        self.controller.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
         self.overload.arrived()
         self.overload.measure(now_s, 0, n)
         self._count_dispatch(n, state.mode, Reason.FLUSH, False)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from .control_loop import ControlState
+from .controller import ControlState
 from .entry_queue import Entry, EntryQueue
 
 

@@ -2,7 +2,7 @@
 
 The server's drivers (``triton_backend.hold_driver``, ``triton_backend.threaded_driver``),
 the simulator (``simulator.py``) and the fleet (``fleet.py``) all drive a policy through
-this class, so the rules of ``policy.py`` are kept in one place::
+this class, so the rules of ``contract.py`` are kept in one place::
 
     refused = engine.submit(requests, now_s)      # arrivals; answer each refused one
     step = engine.step(now_s, flush, sample)      # whenever the device is free
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .policy import BatchDecision, BatchingPolicy, QueueFull, decide, wake_time
+from .contract import BatchDecision, BatchingPolicy, QueueFull, decide, wake_time
 from .request import QueuedRequest
 
 # The reason a step names when a hand-over runs whole, as Triton's batcher handed it over
@@ -129,7 +129,7 @@ class Engine:
         estimated_ms = takes(now_s, batch)
         if estimated_ms is None:
             return None
-        state = self.policy.loop.state
+        state = self.policy.controller.state
         decision = BatchDecision(tuple(batch), None, AS_HANDED, state.window_ms,
                                  state.observation.utilization, estimated_ms, (), state.zone,
                                  state.mode, AS_HANDED)

@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 
 from .candidate import BatchFormer, Candidate
-from .control_loop import ControlState
+from .controller import ControlState
 from .cost_model import CostEstimator
 from .entry_queue import SMALL_QUEUE, EntryQueue, take_fifo, urgency_order
 from .length_aware import EmergencyLengthAwareFormer, LengthAwareFormer
-from .policy import Reason
+from .contract import Reason
 from .profile import ControlConfig, SchedulerConfig
 
 __all__ = ["BatchFormer", "Candidate", "FORMERS", "make_former"]

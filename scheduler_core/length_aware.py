@@ -11,17 +11,16 @@ import math
 from itertools import islice, repeat
 
 from .candidate import Candidate
-from .control_loop import ControlState
+from .controller import ControlState
 from .cost_model import CostEstimator
 from .entry_queue import SMALL_QUEUE, EntryQueue, urgency_order
-from .policy import Reason
+from .contract import Reason
 from .profile import ControlConfig, SchedulerConfig
 
 
 # Share of max_batch_size queued from which a measured-table batch compares a candidate's
 # cost with an efficient batch of its own length instead of with running it alone
-# (simulated on h200_minilm, time scale 57: 8 of 64 and 16 of 64 kept native's P50 below
-# the knee and 98 req/s at 2x; a full batch let overload goodput fall to 83).
+# (docs/defaults.md).
 EFFICIENT_ALTERNATIVE_QUEUED = 0.25
 
 

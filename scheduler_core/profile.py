@@ -91,7 +91,7 @@ class SchedulerConfig:
     # never wait while the device is free (Triton's max_queue_delay 0).
     wait_ms_per_saved_device_ms: float = 1.0
     # Host time one more batch adds to a held call (wall ms, not time-scaled): its
-    # decision and its executor call, measured at 0.2-0.6 ms on the 2-core dev machine.
+    # decision and its executor call (docs/defaults.md).
     # A split pays only where it saves more device time than this beside the launch, so
     # where the device is nearly free (a host-bound load) a hand-over runs whole.
     batch_host_ms: float = 0.3
@@ -193,8 +193,7 @@ class ControlConfig:
     # queue that the estimate calls late, smoothed over refusal_window_ms, reaches this;
     # below it the request is served late, as Triton's batcher serves it. 0 (the default):
     # refuse at once - on a compute-bound device a late request's run delays everyone
-    # behind it (reliability overload 2x, EMULATED t4 at time scale 10: serving late
-    # raised the 0.5x baseline's P50 from 137 to 353-478 ms). A launch-bound device (a
+    # behind it (docs/defaults.md). A launch-bound device (a
     # GPU on a small model: a batch costs about the same full or not) can set 0.2: there a
     # late request rides in a batch that runs anyway, and a short host stall (perf_analyzer
     # on 2 shared cores at 0.8 of native's peak) no longer refuses what native serves.
@@ -228,9 +227,9 @@ class CalibrationConfig:
 
     at_load: bool = True
     budget_s: float = 1.0  # on a GPU
-    # The cap on a CPU: 0 = not measured. A CPU batch of 64 x 512 takes seconds, so half a
-    # second measured 2 of 27 cells, and a table filled from them made the MiniLM knee on
-    # this machine 10 vs native's 12 req/s (make bench) where the formula gave 20 vs 8.
+    # The cap on a CPU: 0 = not measured. A CPU batch of 64 x 512 takes seconds, and a
+    # table filled from the few cells a short budget measures does worse than the formula
+    # (docs/defaults.md).
     cpu_budget_s: float = 0.0
     max_sequence_length: int = 512  # the grid's longest length
 

@@ -3,7 +3,7 @@ against (``profile.py``), kept apart so tools and tests can quote them."""
 
 from __future__ import annotations
 
-from .policy import FORMER_NAMES
+from .contract import FORMER_NAMES
 
 COST_MODES = ("padded", "ragged")
 # cost_model.table_source: a line saying where the cells come from, not a document.

@@ -1,12 +1,12 @@
 """The scheduler: the design's three control layers as a synchronous step function.
 
 It implements ``policy.BatchingPolicy``; the caller (the Triton adapter, or the simulator)
-owns the loop and the clock and drives it as ``policy.py`` describes. No I/O, no threads,
+owns the loop and the clock and drives it as ``contract.py`` describes. No I/O, no threads,
 no clock reads: ``now_s`` is always passed in.
 
 One ``schedule(now_s)`` reads as the design's layers, each in its own file:
 
-1. perceive and decide - ``ControlLoop.tick`` (control_loop.py): observations, the zone,
+1. perceive and decide - ``Controller.tick`` (controller.py): observations, the zone,
    the elastic window, compensation; it leaves a ``ControlState``;
 2. shed - requests that can no longer make their deadline (entry_queue.py,
    ``infeasible_entries``), when the profile's ``infeasible_policy`` is ``reject``; again
@@ -21,14 +21,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .control_loop import ControlLoop, Observation
+from .controller import Controller, Observation
 from .cost_model import CostEstimator
 from .as_handed import AsHandedRule
 from .entry_queue import (SMALL_QUEUE, Entry, EntryQueue, infeasible_detail, infeasible_entries,
                           late_even_alone)
 from .formers import BatchFormer, Candidate, make_former
 from .overload import OverloadState
-from .policy import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
+from .contract import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
 from .request import QueuedRequest
 from .scheduler_stats import SchedulerStats
@@ -59,7 +59,7 @@ class Scheduler(AsHandedRule):
         self.cfg = cfg
         self.control = control or ControlConfig()
         self.estimator = estimator
-        self.loop = ControlLoop(cfg, self.control, start_s, seed)  # seed: see ControlLoop
+        self.controller = Controller(cfg, self.control, start_s, seed)  # seed: see Controller
         self.small_queue = small_queue
         self._queue = EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
@@ -83,7 +83,7 @@ class Scheduler(AsHandedRule):
         if len(self._queue) >= self.cfg.max_queue_size:
             raise QueueFull(self.queue_full_message())
         alone, efficient = self._estimates(request.seq_len)
-        logical_arrival = self.loop.on_arrival(now_s, request.sla_ms,
+        logical_arrival = self.controller.on_arrival(now_s, request.sla_ms,
                                                alone * self.estimator.correction)
         self.overload.arrived()
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
@@ -107,7 +107,7 @@ class Scheduler(AsHandedRule):
         taken, left = requests[:room], list(requests[room:])
         if not taken:
             return left
-        loop, correction = self.loop, self.estimator.correction
+        loop, correction = self.controller, self.estimator.correction
         entries = []
         for request in taken:
             alone, efficient = self._estimates(request.seq_len)
@@ -144,32 +144,32 @@ class Scheduler(AsHandedRule):
     def set_external_utilization(self, value: float, measured_at_s: float,
                                  source: str = "sidecar") -> None:
         """Feed a utilisation sample from the sidecar (NVML, Triton metrics)."""
-        self.loop.set_external_utilization(value, measured_at_s, source)
+        self.controller.set_external_utilization(value, measured_at_s, source)
 
     def set_perception_health(self, ok: bool) -> None:
         """False while the sidecar is unhealthy or stale: default batching until it is back."""
-        self.loop.set_perception_health(ok)
+        self.controller.set_perception_health(ok)
 
     # -- the step ----------------------------------------------------------------------
     def tick(self, now_s: float) -> None:
         """Run the perception and decision layers if their periods have elapsed."""
-        self.loop.tick(now_s, self._queue)
+        self.controller.tick(now_s, self._queue)
 
     @property
     def observation(self) -> Observation:
-        return self.loop.state.observation
+        return self.controller.state.observation
 
     def mode(self) -> str:
         """scheduling_decision: which policy the current zone calls for."""
-        return self.loop.state.mode
+        return self.controller.state.mode
 
     def schedule(self, now_s: float, flush: bool = False) -> BatchDecision:
         """Decide, with the device free at ``now_s``, whether to dispatch a batch now.
 
         ``flush`` dispatches whatever is queued without waiting (shutdown drain).
         """
-        self.loop.tick(now_s, self._queue)  # perceive, decide
-        state = self.loop.state
+        self.controller.tick(now_s, self._queue)  # perceive, decide
+        state = self.controller.state
         rejected = self._shed(now_s, now_s)
         mode = state.mode
         former = self.overload_former if self.overload.overloaded else self.formers[mode]
@@ -224,7 +224,7 @@ class Scheduler(AsHandedRule):
                      for e in doomed)
 
     def _count_dispatch(self, size: int, mode: str, reason: str, compensation: bool) -> None:
-        self.loop.on_dispatch(size, compensation)
+        self.controller.on_dispatch(size, compensation)
         if compensation:
             self.counts["compensation_batches"] += 1
         if reason == Reason.EMERGENCY:
@@ -265,7 +265,7 @@ class Scheduler(AsHandedRule):
 
     def window_close_s(self, now_s: float) -> float:
         """When the oldest queued request's elastic window closes (physical time)."""
-        return self.loop.window_close_s(self._queue.first().logical_arrival_s, now_s)
+        return self.controller.window_close_s(self._queue.first().logical_arrival_s, now_s)
 
     def _waiting_pays(self, batch_size: int, now_s: float) -> bool:
         """The worth-its-wait rule: is a partial batch of ``batch_size`` worth holding back
@@ -283,7 +283,8 @@ class Scheduler(AsHandedRule):
         ``max_queue_delay`` 0; as the rate rises the batch waits until it holds about
         ``rate * overhead`` requests (never past the elastic window or the SLA guard).
         """
-        expected = self.loop.arrival_rate_rps(now_s) * self.estimator.batch_overhead_ms() / 1000.0
+        expected = (self.controller.arrival_rate_rps(now_s)
+                    * self.estimator.batch_overhead_ms() / 1000.0)
         return batch_size < self.cfg.wait_ms_per_saved_device_ms * expected
 
     def _dispatch_rule(self, candidate: Candidate, now_s: float) -> tuple[str, float | None]:
@@ -308,7 +309,7 @@ class Scheduler(AsHandedRule):
 
     # -- feedback ----------------------------------------------------------------------
     def batch_started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:
-        self.loop.batch_started(now_s)
+        self.controller.batch_started(now_s)
 
     def batch_finished(self, batch: Sequence[QueuedRequest], started_s: float,
                        now_s: float, succeeded: bool = True) -> None:
@@ -317,10 +318,10 @@ class Scheduler(AsHandedRule):
         self.counts["requests"] += len(batch)
         if succeeded:
             self.estimator.observe([r.seq_len for r in batch], (now_s - started_s) * 1000.0)
-        self.loop.batch_finished(batch, now_s, succeeded)
+        self.controller.batch_finished(batch, now_s, succeeded)
 
     def stats(self, now_s: float) -> SchedulerStats:
-        loop = self.loop
+        loop = self.controller
         state = loop.state
         obs = state.observation
         c = self.counts
@@ -356,5 +357,6 @@ class Scheduler(AsHandedRule):
         )
 
     def __repr__(self) -> str:
-        return (f"Scheduler(queue_depth={len(self._queue)}, zone={self.loop.zones.zone.name}, "
+        return (f"Scheduler(queue_depth={len(self._queue)}, "
+                f"zone={self.controller.zones.zone.name}, "
                 f"batches={self.counts['batches']})")

@@ -28,7 +28,7 @@ class ElasticWindow:
 
     def adjusted_ms(self, utilization: float, delay_variance: float) -> float:
         """Window length in ms for utilisation in [0, 1] and the dimensionless delay
-        variation (``ControlLoop.delay_variation``: the P99's coefficient of variation)."""
+        variation (``Controller.delay_variation``: the P99's coefficient of variation)."""
         util = min(max(utilization, 0.0), 1.0)
         variance = max(delay_variance, 0.0)
         raw = self.base_window_ms * (1.0 + self.alpha * (1.0 - util) ** 2 - self.beta * variance)

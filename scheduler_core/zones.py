@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .policy import Zone
+from .contract import Zone
 from .profile import ControlConfig
 
 __all__ = ["Zone", "ZoneDetector", "ZoneReading", "pressure"]

@@ -31,7 +31,7 @@ from collections import deque
 from typing import Sequence
 
 from scheduler_core.cost_model import CostEstimator
-from scheduler_core.policy import BatchDecision, QueueFull, Reason, RejectReason
+from scheduler_core.contract import BatchDecision, QueueFull, Reason, RejectReason
 from scheduler_core.request import QueuedRequest
 
 from .native_batcher import check_int, fifo_prefix

@@ -41,7 +41,7 @@ from typing import Sequence
 
 from scheduler_core.cost_model import CostEstimator
 from scheduler_core.entry_queue import take_fifo
-from scheduler_core.policy import BatchDecision, QueueFull, Reason
+from scheduler_core.contract import BatchDecision, QueueFull, Reason
 from scheduler_core.request import QueuedRequest
 
 

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 from scheduler_core.cost_model import batch_shape, cost_ms
 from scheduler_core.engine import Engine
-from scheduler_core.policy import BatchingPolicy, RejectReason
+from scheduler_core.contract import BatchingPolicy, RejectReason
 from scheduler_core.profile import CostModelConfig
 from scheduler_core.request import QueuedRequest
 
@@ -246,3 +246,15 @@ def capacity_rps(cost_model: CostModelConfig, cost_mode: str, time_scale: float,
         batch.append(length)
     total_ms += device_ms(cost_model, batch, cost_mode, time_scale)
     return len(ordered) / (total_ms / 1000.0)
+
+
+def fifo_capacity_rps(cost_model: CostModelConfig, cost_mode: str, time_scale: float,
+                      lengths: Sequence[int], max_batch_size: int) -> float:
+    """What a FIFO batcher reaches at best on ``lengths`` (requests/s): full batches of
+    ``max_batch_size`` in arrival order, whatever their lengths (``capacity_rps`` sorts
+    them first)."""
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size!r})")
+    total_ms = sum(device_ms(cost_model, lengths[i:i + max_batch_size], cost_mode, time_scale)
+                   for i in range(0, len(lengths), max_batch_size))
+    return len(lengths) / (total_ms / 1000.0)

@@ -57,9 +57,8 @@ from .waker import Waker
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
 # The in-process sidecar scrapes Triton's /metrics page every 5th perception period (1 s
-# at 200 ms): the plugin uses only the scrape's health, and each scrape made the server
-# render the whole page and the stub parse it (py-spy at 1,300 req/s, flat profile: 5 % of
-# the stub's samples at every period). NVML is still read every period.
+# at 200 ms): the plugin uses only the scrape's health, and a scrape costs the server and
+# the stub a whole page (docs/defaults.md). NVML is still read every period.
 SIDECAR_SCRAPE_EVERY = 5
 WAKE_REQUEST_ID = "explicit-batching-wake"  # waker.Waker's requests
 WAKE_STOP_WAIT_S = 2.0  # at unload, for the wake requests still under way

@@ -55,39 +55,30 @@ DEFAULT_INTAKE = "hold"  # with Triton's batcher in front; without one only rele
 # meanwhile: their arrival time is estimated (see hand_over_arrival) ...
 HAND_OVER_S = 0.005
 # ... and this much longer for each request the call carries: Triton copies each one's
-# inputs before the call starts. Measured here (intake hold, EMULATED t4 slowed 10x, 80-200
-# req/s, 524 calls): the gap grew ~0.12 ms a request, calls of over 60 requests came 10 ms
-# after the return at the median (up to 44 ms), and with HAND_OVER_S alone most such calls
-# were taken for arrivals after the return: the plugin's histograms then read half the
-# clients' latency at 200 req/s. Twice the measured slope, for slower hosts. The previous
-# call's answers count alike: Triton takes a returned list's responses before it hands
-# over again, so after a call that refused a large tail the next one comes later.
+# inputs before the call starts. The previous call's answers count alike: Triton takes a
+# returned list's responses before it hands over again. Twice the slope measured here
+# (docs/defaults.md).
 HAND_OVER_PER_REQUEST_S = 0.00025
 # intake: gather. A call parked while a batch runs returns at the latest after this long
 # (a safety bound: normally the batch's end releases it).
 GATHER_PARK_MAX_S = 1.0
 # ... and after this fraction of the smallest recent SLA: what queues in Triton meanwhile
 # is invisible to the plugin, which must see it in time to refuse what cannot make its
-# deadline (the reliability suite's overload case refused 24 % past the SLA at p99 with
-# only the 1 s bound, on a device slowed 10x whose batches take up to ~0.5 s).
+# deadline (docs/defaults.md).
 GATHER_PARK_SLA_FRACTION = 0.25
 # When the device frees and a call was parked, the scheduler thread lets it return and
 # may wait at most this long for the next call's requests (those that queued in Triton
-# meanwhile) before deciding; parameter gather_grace_us. Default 0 (decide at once), from
-# measurement on this 2-core machine (closed loop, 64 in flight): at time scale 0.01
-# grace 0/150/500 us gave 3,023/2,562/2,669 req/s, on the GPU-like flat profile at time
-# scale 1 grace 0/500 gave 1,206/1,086. A Python thread woken from a wait needs the GIL
-# back (switch interval 5 ms): a 150 us grace lasted 836 us on average and 500 us lasted
-# 1,091 us, while the next call came within it only 51-66 % of the time. Without a grace
-# the next call still arrives soon: an idle scheduler wakes on it, and one that has just
-# dispatched leftovers meets it at the next batch.
+# meanwhile) before deciding; parameter gather_grace_us. Default 0 (decide at once): a
+# Python thread woken from a wait needs the GIL back, so a short grace lasts far longer
+# than asked and costs peak rate (docs/defaults.md). Without a grace the next call still
+# arrives soon: an idle scheduler wakes on it, and one that has just dispatched leftovers
+# meets it at the next batch.
 GATHER_GRACE_US = 0
 # ... but at least this share of the batch that just ended (capped below): where a batch
 # takes long against the host path (a slow device, or the EMULATED device time-scaled),
 # the requests that queued in Triton during it would otherwise miss the next batch and
-# wait a whole batch more (make bench, h200_minilm at time scale 57: P50 3.3 device-ms
-# above native at 0.8x with no grace); where batches are a few ms it stays well under the
-# GIL hand-over that made a fixed grace cost peak rate.
+# wait a whole batch more (docs/defaults.md); where batches are a few ms it stays well
+# under the GIL hand-over that made a fixed grace cost peak rate.
 GATHER_GRACE_BATCH_FRACTION = 0.02
 GATHER_GRACE_MAX_S = 0.005
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from scheduler_core.engine import AS_HANDED
-from scheduler_core.policy import FORMER_NAMES
+from scheduler_core.contract import FORMER_NAMES
 
 # formed_batches_total's former labels: the formers a profile can name, and intake hold's
 # batch run as Triton handed it over (Engine.take_whole).

@@ -21,19 +21,17 @@ from .intake import GATHER_GRACE_US, INTAKES
 from .waker import WAKE_AFTER_US
 
 # Threads that build and send responses (threaded intakes). Each send is a round trip to
-# the server that blocks its thread (~0.45 ms here under load, measured with cProfile):
-# one thread caps the model at ~2,100 responses/s whatever the batching.
+# the server that blocks its thread, so one thread caps the model's responses a second
+# whatever the batching (docs/defaults.md).
 RESPONDER_THREADS = 4
 # At unload, finalize() waits at most this long for the scheduler thread to serve what is
 # queued, and as long for the responders: below Triton's default --exit-timeout-secs of 30
 # (a deployment's grace period must cover it: deploy/kubernetes/deployment.yaml).
 SHUTDOWN_DRAIN_S = 20.0
-# Before a batch runs (runner.py), only members that waited at least this long are asked whether their
-# client cancelled: each question is a round trip to the server (~0.1 ms, measured with
-# cProfile at 300 req/s), and a client rarely gives up within a few ms of sending. It was
-# 20 ms; at the closed-loop peak (64 in flight) most members wait longer than that, and the
-# questions cost ~40 us of stub CPU per request (cProfile, time scale 0.01: 7,135 questions
-# of 0.23 ms for 42,872 requests). Those that waited less are computed even if cancelled.
+# Before a batch runs (runner.py), only members that waited at least this long are asked
+# whether their client cancelled: each question is a round trip to the server, and a client
+# rarely gives up within a few ms of sending (docs/defaults.md). Those that waited less are
+# computed even if cancelled.
 CANCEL_CHECK_MIN_WAIT_S = 0.1
 EXECUTORS = ("minilm", "emulated")
 INNER_MODEL_CHECKS = ("repository", "off")

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import triton_python_backend_utils as pb_utils
 
 from scheduler_core.engine import Engine, Perceived, Step
-from scheduler_core.policy import ZONE_NAMES, refusal_message
+from scheduler_core.contract import ZONE_NAMES, refusal_message
 from scheduler_core.request import QueuedRequest
 from sidecar.sampler import HEALTH_VALUE, usable
 

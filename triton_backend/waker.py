@@ -10,21 +10,14 @@ from typing import Callable
 
 # intake hold: a wake request goes into the model when no call has started this long after
 # the last one returned, and again every as long (see Waker); parameter wake_after_us.
-# Measured (closed loop, 64 in flight, flat profile at time scale 1, one server, the shipped
-# queue bound): no waker 262-746 req/s with ~30 gaps of ~500 ms a run; 1 ms 835 (a wake
-# request in most calls); 2 ms 1,416-1,635 (HTTP) and 1,424 (gRPC), no gap over 50 ms;
-# native 1,854-2,093 in the same runs. OFF by default (0): one make-bench run with it on
-# ended in a SIGSEGV of tritonserver (pthread_mutex_lock in a core thread, while serving:
-# the frames of 2.51's crash under gRPC client cancellations, docs/platform.md); it stays
-# an opt-in.
+# OFF by default (0): one make-bench run with it on ended in Triton 2.51's crash under
+# gRPC client cancellations; it stays an opt-in (docs/defaults.md has the measurements).
 WAKE_AFTER_US = 0
-WAKE_AFTER_US_MEASURED = 2000  # the setting the figures above (and results/bench_hold_wake) use
+WAKE_AFTER_US_MEASURED = 2000  # the setting docs/defaults.md (and results/bench_hold_wake) measured
 WAKE_IDLE_CALLS = 3  # ... until this many calls in a row held wake requests only
-# Wake requests not yet answered, at most. One sent while the instance is still busy
-# (the Python backend releases a call's requests up to ~35 ms after its responses, Triton
-# trace) wakes nothing and waits for the next call: with a cap of 4 those used it up and
-# gRPC clients still met ~500 ms stalls (closed loop 817 req/s; with 64: 1,424, no gap; the
-# crash above came with 64, so 16).
+# Wake requests not yet answered, at most. One sent while the instance is still busy wakes
+# nothing and waits for the next call, so a small cap is used up by those
+# (docs/defaults.md).
 WAKE_MAX_IN_FLIGHT = 16
 
 class Waker:

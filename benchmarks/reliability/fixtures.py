@@ -4,7 +4,6 @@ prepares, the resource monitor, the arrivals, and the result types every case fi
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -16,6 +15,7 @@ from benchmarks.load_result import LoadResult
 from benchmarks.procinfo import cpu_s, rss_mb, threads
 from benchmarks.repository import copy_model, edit_model
 from operator_tools.measure import PeriodicSampler, queue_gauges
+from operator_tools.report import fmt_num
 from server_ops.intake_config import release_config
 from server_ops.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
 from sidecar.triton_metrics import MetricsParseError
@@ -314,14 +314,14 @@ def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def fmt(x: float | None, digits: int = 0) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.{digits}f}"
-
-
 # The burst case (issue "The shipped default at native's speed", item 5): a phase at
 # BURST_BASE x capacity, BURST_S at BURST_PEAK x, then BURST_BASE x again; from
 # BURST_SETTLE_S after the burst, P50 and attainment must be within BURST_TOLERANCE of the
 # first phase (a live model must not fall into a slower state after a burst).
 BURST_BASE, BURST_PEAK = 1.4, 3.0
+
+
+def fmt(x: float | None, digits: int = 0) -> str:
+    """The suite's numbers: ``operator_tools.report.fmt_num`` with ``digits`` decimals, "n/a"
+    where there is none."""
+    return fmt_num(x, f".{digits}f", "n/a")

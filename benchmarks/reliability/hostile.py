@@ -9,11 +9,11 @@ import os
 import time
 
 from server_ops.launcher import TritonServer
-from .fixtures import (CaseResult, Context, HOSTILE, HOSTILE_PROFILE_MB, HOSTILE_REFUSAL_BOUND_S,
-                       HOSTILE_SECRET, Tally, fmt, load_average, missed_time_bound,
-                       prepare_hostile)
-from .servers import (OWN_SERVER_EXIT_TIMEOUT_S, ServerStop, http_client, http_ready,
-                      infer_error, health_after)
+from .fixtures import (CaseResult, Context, fmt, HOSTILE, HOSTILE_PROFILE_MB,
+                       HOSTILE_REFUSAL_BOUND_S, HOSTILE_SECRET, load_average, missed_time_bound,
+                       prepare_hostile, Tally)
+from .servers import (OWN_SERVER_EXIT_TIMEOUT_S, ServerStop, http_client, http_ready, infer_error,
+                      health_after)
 
 
 HOSTILE_RELOADS = (  # (label, config parameters, expected in the refusal)

@@ -11,10 +11,9 @@ from benchmarks.loadgen import LoadGenerator, concat_phases
 from operator_tools.records import OK
 from scheduler_core.stats import percentile
 from .fixtures import (BURST_BASE, BURST_PEAK, CaseResult, Context, ERROR_SLA_RATIO_BOUND,
-                       EXPLICIT, NATIVE, NATIVE_CLIENT_TIMEOUT_S, RECOVERY_BOUND_S,
-                       RECOVERY_FACTOR, ResourceMonitor, SEED, SERVER_RSS_GROWTH_BOUND_MB,
-                       STUB_RSS_GROWTH_BOUND_MB, TIMEOUT_GRACE_MS, fmt, missed_time_bound,
-                       poisson)
+                       EXPLICIT, fmt, missed_time_bound, NATIVE, NATIVE_CLIENT_TIMEOUT_S, poisson,
+                       RECOVERY_BOUND_S, RECOVERY_FACTOR, ResourceMonitor, SEED,
+                       SERVER_RSS_GROWTH_BOUND_MB, STUB_RSS_GROWTH_BOUND_MB, TIMEOUT_GRACE_MS)
 from .servers import health_after
 
 

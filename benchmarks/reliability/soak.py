@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from benchmarks.loadgen import LoadGenerator
-from .fixtures import (CaseResult, Context, EXPLICIT, ResourceMonitor, SEED, SOAK_RSS_GROWTH_BOUND,
-                       fmt, missed_resource_bound, poisson)
+from .fixtures import (CaseResult, Context, EXPLICIT, fmt, missed_resource_bound, poisson,
+                       ResourceMonitor, SEED, SOAK_RSS_GROWTH_BOUND)
 from .overload import error_breakdown
 from .servers import health_after
 

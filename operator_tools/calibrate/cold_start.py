@@ -25,8 +25,8 @@ from .boundaries import (Calibration, RatePoint, THRESHOLD_KEYS, find_boundaries
 from .common import (CalibrateDeps, DEFAULT_INPUT, DEFAULT_SWEEP, SAMPLE_INTERVAL_S, command_line,
                      describe_emulation, profile_dir, progress, resolve_sla_scale, show_path,
                      parse_rates)
-from .tables import (cell, crossing_table, plot_curve, reset_parameters, sweep_table,
-                     threshold_table)
+from .tables import crossing_table, plot_curve, reset_parameters, sweep_table, threshold_table
+from ..report import fmt_num
 
 
 def write_table(opts: Mapping[str, Any]) -> None:
@@ -277,8 +277,8 @@ def _boundary_lines(calibration: Calibration) -> list[str]:
             out.append(f"* {label}: not located in this sweep.")
         else:
             out.append(f"* {label} from ~{b.rate:.1f} req/s offered (set by {b.indicator} "
-                       f"reaching {b.level:g}): utilisation {cell(b.utilization, '.3f')}, queue depth "
-                       f"{cell(b.queue_depth)}, P99 CV {cell(b.p99_cv, '.3f')}.")
+                       f"reaching {b.level:g}): utilisation {fmt_num(b.utilization, '.3f')}, queue depth "
+                       f"{fmt_num(b.queue_depth)}, P99 CV {fmt_num(b.p99_cv, '.3f')}.")
     return out
 
 
@@ -309,4 +309,4 @@ def _record_baseline(deps, opts, metrics_url, input_data, settings, points, cali
     return (f"Baseline for `monitor --check-metric-drift`: `{show_path(baseline_path)}` ({rate:g} req/s, "
             f"control as originally configured, profile {effect.profile}; SLA attainment "
             + ", ".join(f"{c} {v:.1%}" for c, v in sorted(effect.sla_attainment.items()))
-            + f"; mean batch size {cell(effect.mean_batch_size)}).")
+            + f"; mean batch size {fmt_num(effect.mean_batch_size)}).")

@@ -16,7 +16,8 @@ from ..live import LoadRefused
 from .cold_start import measure_rates, read_config
 from .common import (ALPHA_RANGE, BASELINE_ALPHA, BASELINE_BETA, BETA_RANGE, CalibrateDeps,
                      command_line, describe_emulation, progress, resolve_sla_scale)
-from .tables import cell
+from ..report import fmt_num
+
 
 
 def _grid(lo: float, hi: float, step: float) -> list[float]:
@@ -147,11 +148,12 @@ def _step_report(ctx, model: str, rate: float, settings, sla_scale: float,
         if r.error:
             lines.append(f"| {r.alpha:g} | {r.beta:g} | failed: {r.error} |  |  |")
         else:
-            lines.append(f"| {r.alpha:g} | {r.beta:g} | {cell(r.goodput)} | {cell(r.p99_ms)} | "
-                         f"{cell(r.throughput)} |")
+            lines.append(f"| {r.alpha:g} | {r.beta:g} | {fmt_num(r.goodput)} | "
+                         f"{fmt_num(r.p99_ms)} | "
+                         f"{fmt_num(r.throughput)} |")
     if best is not None and best.goodput is not None:
         lines += ["", f"best: alpha={best.alpha:g} beta={best.beta:g} (goodput "
-                      f"{best.goodput:.1f} req/s, P99 {cell(best.p99_ms)} ms; goodput within "
+                      f"{best.goodput:.1f} req/s, P99 {fmt_num(best.p99_ms)} ms; goodput within "
                       f"{GOODPUT_TIE:.0%} is a tie, broken by the lower P99). Keep it with "
                       "scheduler.alpha/beta in the profile (or as model-config parameters)."]
     else:

@@ -11,6 +11,7 @@ from scheduler_core.profile import ControlConfig, HardwareProfile
 from scheduler_core.profile_files import load_profile
 from .boundaries import Calibration, RatePoint, THRESHOLD_KEYS, zone_of
 from .common import BASELINE_ALPHA, BASELINE_BETA
+from ..report import fmt_num
 
 
 def reset_parameters(path: str) -> tuple[dict[str, float], HardwareProfile]:
@@ -69,10 +70,6 @@ def plot_curve(points: Sequence[RatePoint], calibration: Calibration, path: str,
 
 # -- tables ------------------------------------------------------------------------------
 
-def cell(value: float | None, fmt: str = ".1f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def sweep_table(points: Sequence[RatePoint], calibration: Calibration | None) -> str:
     lines = ["| offered (req/s) | throughput (req/s) | P50 (ms) | P99 (ms) | P99 CV | "
              "utilisation | queue depth mean (max) | goodput (req/s) | kept schedule | zone |",
@@ -83,9 +80,10 @@ def sweep_table(points: Sequence[RatePoint], calibration: Calibration | None) ->
             continue
         zone = zone_of(p.rate, calibration) if calibration else ""
         lines.append(
-            f"| {p.rate:g} | {cell(p.throughput)} | {cell(p.p50_ms)} | {cell(p.p99_ms)} | "
-            f"{cell(p.p99_cv, '.3f')} | {cell(p.utilization, '.2f')} | {cell(p.queue_depth)} "
-            f"({cell(p.queue_depth_max, '.0f')}) | {cell(p.goodput)} | "
+            f"| {p.rate:g} | {fmt_num(p.throughput)} | {fmt_num(p.p50_ms)} | "
+            f"{fmt_num(p.p99_ms)} | {fmt_num(p.p99_cv, '.3f')} | {fmt_num(p.utilization, '.2f')} | "
+            f"{fmt_num(p.queue_depth)} "
+            f"({fmt_num(p.queue_depth_max, '.0f')}) | {fmt_num(p.goodput)} | "
             f"{'yes' if p.kept_schedule else 'NO'} | {zone} |")
     return "\n".join(lines)
 
@@ -94,8 +92,9 @@ def crossing_table(calibration: Calibration) -> str:
     lines = ["| indicator | level | status | offered (req/s) | utilisation | queue depth | P99 CV |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for c in calibration.crossings:
-        lines.append(f"| {c.indicator} | {c.level:g} | {c.status} | {cell(c.rate)} | "
-                     f"{cell(c.utilization, '.3f')} | {cell(c.queue_depth)} | {cell(c.p99_cv, '.3f')} |")
+        lines.append(f"| {c.indicator} | {c.level:g} | {c.status} | {fmt_num(c.rate)} | "
+                     f"{fmt_num(c.utilization, '.3f')} | {fmt_num(c.queue_depth)} | "
+                     f"{fmt_num(c.p99_cv, '.3f')} |")
     return "\n".join(lines)
 
 

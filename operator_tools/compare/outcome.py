@@ -13,9 +13,10 @@ from .. import report
 from ..measure import (EXPLICIT_GAUGE, PADDING_HISTOGRAM, busy_series, counter_busy, inside,
                        padding_waste)
 from scheduler_core.stats import percentile
-from simulation.simulator import capacity_rps, device_ms
+from simulation.simulator import capacity_rps, fifo_capacity_rps
 from .model_info import ModelInfo
 from .segments import Segment
+from ..report import fmt_num
 
 
 def summarise_model(role: str, model: str, segments: Sequence[Segment], samples,
@@ -55,11 +56,6 @@ def segment_table(segments: Sequence[Segment]) -> str:
             f"{report.fmt_ms(percentile(lat, 50))} / {report.fmt_ms(percentile(lat, 99))} | "
             f"{s.lost} |")
     return "\n".join(lines)
-
-
-def _fmt_opt(value: float | None, fmt: str = "{:.2f}") -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else fmt.format(value)
 
 
 def write_requests_csv(path: str, segments: Sequence[Segment], t0_ns: int) -> None:
@@ -140,9 +136,7 @@ def fifo_and_capacity(profile, xi: ModelInfo, ni: ModelInfo, lengths_all: Sequen
     scale = xi.time_scale
     mb = ni.max_batch_size or profile.scheduler.max_batch_size
     cm, mode = profile.cost_model, xi.cost_mode or profile.emulation.cost_mode
-    fifo_ms = sum(device_ms(cm, lengths_all[i:i + mb], mode, scale)
-                  for i in range(0, len(lengths_all), mb))
-    fifo = len(lengths_all) / (fifo_ms / 1000.0)
+    fifo = fifo_capacity_rps(cm, mode, scale, lengths_all, mb)
     cap = capacity_rps(cm, mode, scale, lengths_all, profile.scheduler.max_batch_size,
                        profile.scheduler.max_batch_tokens)
     return fifo, cap
@@ -188,7 +182,7 @@ def _setup_lines(http: str, metrics_url: str, xi: ModelInfo, ni: ModelInfo,
         + (" An EMULATED device sleeps for each batch's cost-model time: this compares "
            "batching policies, not hardware." if xi.emulated else ""),
         f"- Native batcher: Triton's dynamic batcher, max_batch_size {ni.max_batch_size}, "
-        f"max_queue_delay_microseconds {_fmt_opt(ni.max_queue_delay_us, '{}')}.",
+        f"max_queue_delay_microseconds {fmt_num(ni.max_queue_delay_us, '{}')}.",
         f"- Workload: {workload_text}; offered {offered:,.1f} req/s"
         + (f" = {offered / fifo:.0%} of what a FIFO batcher reaches at best on these "
            f"lengths ({fifo:,.1f} req/s: full batches in arrival order) and "
@@ -226,8 +220,9 @@ def _method_lines(runs, xi: ModelInfo, ni: ModelInfo, raw_busy, scrape_period_s:
         f"requests to the model's own queue); `{native_model}` from Triton's per-batch "
         "compute time (statistics extension `batch_stats`, polled with the metrics). "
         "Triton's `nv_inference_compute_infer_duration_us` is not busy time for either: "
-        f"its growth per second averaged {_fmt_opt(raw_busy[explicit_model])} for "
-        f"`{explicit_model}` (hand-overs only) and {_fmt_opt(raw_busy[native_model])} for "
+        f"its growth per second averaged {fmt_num(raw_busy[explicit_model], '{:.2f}')} for "
+        f"`{explicit_model}` (hand-overs only) and "
+        f"{fmt_num(raw_busy[native_model], '{:.2f}')} for "
         f"`{native_model}` (a batch's time added once per request in it). Padding waste: "
         f"the explicit model's mean per-batch padding share (`{PADDING_HISTOGRAM}`); "
         "Triton does not export the native model's.",

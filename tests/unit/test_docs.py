@@ -86,3 +86,17 @@ def test_the_code_layout_walk_names_what_exists_in_at_most_eight_files():
         assert os.path.isfile(full), f"the walk names {path}, which does not exist"
         assert _defines(full, name), f"the walk names {path}: {name}, which is not defined there"
     assert len({path for path, _ in stops}) <= WALK_MAX_FILES
+
+
+def test_the_layout_page_names_exactly_the_modules_that_import_pb_utils():
+    """docs/code-layout.md names the adapter modules that touch Triton's Python objects;
+    the list must be the modules that import ``triton_python_backend_utils``."""
+    text = " ".join(_read(os.path.join(DOCS, "code-layout.md")).split())
+    sentence = re.search(
+        r"Only ((?:`\w+\.py`(?:, | and )?)+) import `triton_python_backend_utils`", text)
+    assert sentence, "docs/code-layout.md no longer says which modules import pb_utils"
+    named = set(re.findall(r"`(\w+)\.py`", sentence.group(1)))
+    importing = {os.path.basename(path)[:-3]
+                 for path in glob.glob(os.path.join(REPO_ROOT, "triton_backend", "*.py"))
+                 if re.search(r"^import triton_python_backend_utils", _read(path), re.M)}
+    assert named == importing

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import bench_report as R
 from benchmarks import bench_report_h200 as H
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 
 MEASURE_S = 2.0
 

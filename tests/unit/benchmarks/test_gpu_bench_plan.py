@@ -80,7 +80,7 @@ def test_repository_on_a_cpu_has_no_device_parameter(gb, tmp_path):
 
 
 def test_report_names_the_source(gb):
-    from benchmarks.benchmark import SegmentStats
+    from benchmarks.segment_stats import SegmentStats
 
     def stats(good):
         return SegmentStats("native", "measured", 2.0, 10, 10, good, {"UNAVAILABLE": 1}, 0,

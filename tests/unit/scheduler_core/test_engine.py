@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scheduler_core.engine import AS_HANDED, Engine, Perceived
 from simulation.native_batcher import TritonDynamicBatcher as NativeBatcher
-from scheduler_core.policy import (MIN_WAKE_STEP_S, BatchDecision, QueueFull, Reason,
+from scheduler_core.contract import (MIN_WAKE_STEP_S, BatchDecision, QueueFull, Reason,
                                    RejectReason)
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest
@@ -122,10 +122,10 @@ def test_the_bracket_reaches_the_policy_as_given():
 def test_a_perception_sample_reaches_a_policy_that_perceives_and_no_other():
     scheduler = Engine(Scheduler.from_profile(t4()))
     scheduler.perceive(Perceived(False))
-    assert scheduler.policy.loop.perception_ok is False
+    assert scheduler.policy.controller.perception_ok is False
     scheduler.perceive(Perceived(True, 0.75, 2.0))
-    assert scheduler.policy.loop.perception_ok is True
-    assert scheduler.policy.loop._external[:2] == (0.75, 2.0)
+    assert scheduler.policy.controller.perception_ok is True
+    assert scheduler.policy.controller._external[:2] == (0.75, 2.0)
 
     native = Engine(NativeBatcher(max_batch_size=8))
     native.perceive(Perceived(False))  # a baseline has no perception: nothing happens

@@ -21,7 +21,7 @@ from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import ControlConfig, CostModelConfig, ProfileError, SchedulerConfig
 from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.request import QueuedRequest
-from scheduler_core.policy import INFEASIBLE, RejectReason, Zone, refusal_message
+from scheduler_core.contract import INFEASIBLE, RejectReason, Zone, refusal_message
 from scheduler_core.scheduler import Scheduler
 
 FLAT_COST = replace(CostModelConfig(), fixed_ms=1.0, per_sequence_ms=0.0, per_token_ms=0.0,

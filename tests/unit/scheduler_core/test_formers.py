@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from scheduler_core.control_loop import ControlLoop
+from scheduler_core.controller import Controller
 from scheduler_core.cost_model import CostEstimator
 from scheduler_core.entry_queue import Entry, EntryQueue
 from scheduler_core.formers import FORMERS, make_former
-from scheduler_core.policy import FORMER_NAMES, Mode
+from scheduler_core.contract import FORMER_NAMES, Mode
 from scheduler_core.profile import ControlConfig, CostModelConfig, ProfileError, SchedulerConfig
 from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.request import QueuedRequest
@@ -75,7 +75,7 @@ def test_inlined_cost_arithmetic_equals_the_estimator(cm, cost_mode, lengths, co
         queue.append(Entry(req, 0.0, est.base_parts_ms(1, n, n, n * n), 0.0))
     name = "length_aware_emergency" if emergency else "length_aware"
     former = make_former(name, cfg, ctl, est, small_queue=10 ** 9)
-    state = ControlLoop(cfg, ctl).state
+    state = Controller(cfg, ctl).state
     candidate = former.form(queue, state, 0.01, flush=False)
     members = [e.seq_len for e in candidate.entries]
     assert candidate.estimated_ms == est.estimate_ms(members)
@@ -292,7 +292,7 @@ def test_emergency_batches_stay_small_only_where_small_batches_are_faster(table,
         queue.append(Entry(req, 0.0, est.base_parts_ms(1, 32, 32, 32 * 32),
                            est.base_parts_ms(39, 32, 39 * 32, 39 * 32 * 32)))
     former = make_former("length_aware_emergency", cfg, ctl, est)
-    candidate = former.form(queue, ControlLoop(cfg, ctl).state, 0.0, flush=False)
+    candidate = former.form(queue, Controller(cfg, ctl).state, 0.0, flush=False)
     assert len(candidate.entries) == cap
 
 
@@ -320,7 +320,7 @@ def test_the_overload_former_keeps_the_most_in_time_of_any_cheapest_prefix(
                            est.base_parts_ms(k, n, k * n, k * n * n)))
     now = now_ms / 1000.0
     candidate = make_former("shortest_first", cfg, ctl, est).form(
-        queue, ControlLoop(cfg, ctl).state, now, flush=True)
+        queue, Controller(cfg, ctl).state, now, flush=True)
     members = candidate.entries
     lengths = [e.seq_len for e in members]
     assert 1 <= len(members) <= max_batch_size
@@ -375,7 +375,7 @@ def test_the_overload_former_keeps_a_batch_within_the_call_budget_of_the_tightes
         queue.append(Entry(QueuedRequest(i, 16, 0.0, 1000.0), 0.0,
                            est.base_parts_ms(1, 16, 16, 256), est.base_parts_ms(16, 16, 256,
                                                                                4096)))
-    state = replace(ControlLoop(cfg, ctl).state, tightest_sla_ms=8.0)
+    state = replace(Controller(cfg, ctl).state, tightest_sla_ms=8.0)
     former = make_former("shortest_first", cfg, ctl, est)
     assert len(former.form(queue, state, 0.0, flush=True).entries) == 6
     assert len(former.form(queue, replace(state, tightest_sla_ms=None), 0.0,

@@ -11,7 +11,7 @@ from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import ControlConfig, CostModelConfig, SchedulerConfig
 from scheduler_core.request import QueuedRequest
 from scheduler_core.entry_queue import take_fifo
-from scheduler_core.policy import QueueFull
+from scheduler_core.contract import QueueFull
 from scheduler_core.scheduler import Scheduler
 
 # These tests pin down default dynamic batching (FIFO, elastic window, SLA guard): the
@@ -498,7 +498,7 @@ def test_event_loop_burst_forms_full_batches():
 
 # -- a hand-over taken as handed (intake hold, outside explicit control) ------------------
 
-from scheduler_core.policy import Mode, decide  # noqa: E402
+from scheduler_core.contract import Mode, decide  # noqa: E402
 from scheduler_core.profile_parse import with_emulation, with_overrides  # noqa: E402
 from scheduler_core.profile_files import load_profile, profile_path  # noqa: E402
 
@@ -573,7 +573,7 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     lengths, slas, waited_ms = call
     batch = [QueuedRequest(1000 + k, n, now - waited_ms / 1000.0, sla)
              for k, (n, sla) in enumerate(zip(lengths, slas))]
-    arrivals = taker.loop.arrivals.rate_rps(now)
+    arrivals = taker.controller.arrivals.rate_rps(now)
 
     estimate = taker.takes_as_handed(now, batch)
 
@@ -581,12 +581,12 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
         decider.submit(r, now)
     decision = decide(decider, now, flush=True)
     if estimate is None:
-        assert taker.queue_depth == 0 and taker.loop.arrivals.rate_rps(now) == arrivals
+        assert taker.queue_depth == 0 and taker.controller.arrivals.rate_rps(now) == arrivals
         return
     assert decision.mode != Mode.EMERGENCY and not decision.rejected
     assert sorted(r.request_id for r in decision.batch) == [r.request_id for r in batch]
     assert estimate == pytest.approx(decision.estimated_ms)
-    assert taker.loop.arrivals.rate_rps(now) == arrivals + len(batch) / taker.loop.arrivals.window_s
+    assert taker.controller.arrivals.rate_rps(now) == arrivals + len(batch) / taker.controller.arrivals.window_s
     assert taker.late_share == decider.late_share
 
 
@@ -632,7 +632,7 @@ def test_submit_all_queues_a_call_as_submit_does_each_request(name, control, his
     left = all_at_once.submit_all(batch, now)
 
     assert [r.request_id for r in left] == [r.request_id for r in left_each]
-    assert all_at_once.loop.arrivals.rate_rps(now) == each.loop.arrivals.rate_rps(now)
+    assert all_at_once.controller.arrivals.rate_rps(now) == each.controller.arrivals.rate_rps(now)
     assert _decisions(all_at_once, now) == _decisions(each, now)
 
 

@@ -26,7 +26,7 @@ from hypothesis import given, settings, strategies as st
 
 from simulation import workload as W
 from scheduler_core.entry_queue import Entry, EntryQueue, exact_rank, urgency_order
-from scheduler_core.policy import QueueFull
+from scheduler_core.contract import QueueFull
 from scheduler_core.profile_parse import with_emulation
 from scheduler_core.profile_files import load_profile, profile_path
 from scheduler_core.request import QueuedRequest

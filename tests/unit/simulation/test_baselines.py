@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler_core import policy as contract
+from scheduler_core import contract
 from scheduler_core.scheduler import Scheduler
 from simulation.baselines import AdaptiveCostBatcher, FixedWindow, TritonDynamicBatcher
 from simulation.native_batcher import fifo_prefix
 from scheduler_core.cost_model import CostEstimator
-from scheduler_core.policy import RejectReason
+from scheduler_core.contract import RejectReason
 from scheduler_core.profile import CostModelConfig
 from scheduler_core.request import QueuedRequest
 

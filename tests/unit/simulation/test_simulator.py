@@ -11,10 +11,11 @@ from simulation import workload as W
 from simulation.baselines import AdaptiveCostBatcher, FixedWindow, TritonDynamicBatcher
 from scheduler_core.cost_model import CostEstimator
 from scheduler_core.profile import CostModelConfig, SchedulerConfig
-from scheduler_core.policy import BatchDecision, BatchingPolicy, RejectReason
+from scheduler_core.contract import BatchDecision, BatchingPolicy, RejectReason
 from scheduler_core.scheduler import Scheduler
 from simulation.sim_result import OUTCOME_NAMES
-from simulation.simulator import MET, MISSED, REJECTED, capacity_rps, device_ms, simulate
+from simulation.simulator import (MET, MISSED, REJECTED, capacity_rps, device_ms,
+                                  fifo_capacity_rps, simulate)
 from scheduler_core.stats import percentile
 
 # fixed 1 ms + 0.5 ms per sequence + 0.01 ms per (padded) token.
@@ -231,6 +232,8 @@ def test_capacity_rps_matches_a_hand_computation():
     assert capacity_rps(flat, "padded", 2.0, lengths, 2) == pytest.approx(5 / 0.0094)
     # Ragged: [10,20] 1.3, [30,40] 1.7, [50] 1.5 -> 4.5 ms.
     assert capacity_rps(flat, "ragged", 1.0, lengths, 2) == pytest.approx(5 / 0.0045)
+    # FIFO, in arrival order: [50,10] 2.0, [40,20] 1.8, [30] 1.3 -> 5.1 ms (padding paid).
+    assert fifo_capacity_rps(flat, "padded", 1.0, lengths, 2) == pytest.approx(5 / 0.0051)
 
 
 def test_percentile_nearest_rank():

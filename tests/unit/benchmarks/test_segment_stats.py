@@ -5,7 +5,7 @@ import math
 import pytest
 
 from benchmarks import bench_report as R
-from benchmarks import benchmark as B
+from benchmarks import segment_stats as B
 from benchmarks.load_result import LoadResult
 from operator_tools.records import timed_record
 from simulation import baselines

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from scheduler_core.control_loop import ControlLoop
+from scheduler_core.controller import Controller
 from scheduler_core.profile import ControlConfig, SchedulerConfig
 
 
@@ -19,7 +19,7 @@ class _Queue:
         return float("inf")
 
 
-def _decision_times(loop: ControlLoop, until_s: float, step_s: float = 0.001) -> list[float]:
+def _decision_times(loop: Controller, until_s: float, step_s: float = 0.001) -> list[float]:
     times, now = [], 0.0
     while now <= until_s:
         before = loop.control_period_ms, loop._last_decision_s
@@ -31,7 +31,7 @@ def _decision_times(loop: ControlLoop, until_s: float, step_s: float = 0.001) ->
 
 
 def test_without_jitter_decisions_come_every_control_period():
-    loop = ControlLoop(SchedulerConfig(), ControlConfig(control_period_ms=100.0))
+    loop = Controller(SchedulerConfig(), ControlConfig(control_period_ms=100.0))
     times = _decision_times(loop, 1.0)
     assert [round(b - a, 3) for a, b in zip(times, times[1:])] == [0.1] * (len(times) - 1)
 
@@ -40,13 +40,13 @@ def test_jittered_periods_stay_within_the_band_and_differ_between_seeds():
     ctl = ControlConfig(control_period_ms=100.0, period_jitter=0.2)
     gaps = {}
     for seed in (0, 1):
-        times = _decision_times(ControlLoop(SchedulerConfig(), ctl, seed=seed), 5.0)
+        times = _decision_times(Controller(SchedulerConfig(), ctl, seed=seed), 5.0)
         gaps[seed] = [round(b - a, 3) for a, b in zip(times, times[1:])]
         assert all(0.08 - 0.0011 <= g <= 0.12 + 0.0011 for g in gaps[seed])
         assert len(set(gaps[seed])) > 5  # not one fixed period
     assert gaps[0] != gaps[1]
     # The same seed draws the same periods: a simulation stays deterministic.
-    again = _decision_times(ControlLoop(SchedulerConfig(), ctl, seed=0), 5.0)
+    again = _decision_times(Controller(SchedulerConfig(), ctl, seed=0), 5.0)
     assert [round(b - a, 3) for a, b in zip(again, again[1:])] == gaps[0]
 
 
@@ -60,7 +60,7 @@ def _windows(tau_ms: float, until_s: float, period_ms: float = 100.0,
                           max_window_ms=100.0)
     ctl = ControlConfig(control_period_ms=period_ms, perception_period_ms=period_ms,
                         window_time_constant_ms=tau_ms)
-    loop = ControlLoop(cfg, ctl)
+    loop = Controller(cfg, ctl)
     out, k = [], 0
     while (now := round(k * period_ms / 1000.0, 6)) <= until_s:
         if arriving(now):

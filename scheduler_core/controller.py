@@ -27,7 +27,7 @@ from typing import Protocol, Sequence
 
 from .clock import MAX_RATE, LogicalClock
 from .perception import ArrivalRate, BusyTracker, LatencyWindow, coefficient_of_variation
-from .policy import Mode, Zone
+from .contract import Mode, Zone
 from .profile import ControlConfig, SchedulerConfig
 from .request import QueuedRequest
 from .window import ElasticWindow
@@ -79,7 +79,7 @@ class QueueView(Protocol):
     def min_deadline(self) -> float: ...
 
 
-class ControlLoop:
+class Controller:
     """Perception windows, zone detector, elastic window, clocks and compensation."""
 
     def __init__(self, cfg: SchedulerConfig, control: ControlConfig, start_s: float = 0.0,
