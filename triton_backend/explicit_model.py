@@ -48,7 +48,7 @@ from .responder import Responder
 from .runner import Perception, Runner
 from .threaded_driver import ThreadedDriver
 from .timeline import TIMELINE_ENV, Timeline
-from .waker import Waker
+from .waker import WAKE_REQUEST_ID, Waker
 
 # Operators' hot-path profiling: with this environment variable naming a folder, an explicit
 # model profiles its execute() calls, its scheduler thread and its responder thread
@@ -60,7 +60,6 @@ METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
 # at 200 ms): the plugin uses only the scrape's health, and a scrape costs the server and
 # the stub a whole page (docs/defaults.md). NVML is still read every period.
 SIDECAR_SCRAPE_EVERY = 5
-WAKE_REQUEST_ID = "explicit-batching-wake"  # waker.Waker's requests
 WAKE_STOP_WAIT_S = 2.0  # at unload, for the wake requests still under way
 
 
@@ -153,7 +152,7 @@ class ExplicitModel:
             self.driver = HoldDriver(
                 self.runner, self.intake, default_sla_ms,
                 Timeline(self.model_name, os.environ.get(TIMELINE_ENV) or None),
-                waker=self._waker, is_wake=self._is_wake if self._waker is not None else None)
+                waker=self._waker)
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"
@@ -204,10 +203,6 @@ class ExplicitModel:
             if profiler is not None:
                 profiler.disable()
             self._thread_cpu_s["execute"] += time.thread_time() - cpu0
-
-    @staticmethod
-    def _is_wake(request) -> bool:
-        return request.request_id() == WAKE_REQUEST_ID
 
     def _send_wake(self) -> bool:
         """waker.Waker's wake request: into this model, answered (empty) by the next call;

@@ -47,20 +47,21 @@ from .decode import decode_call
 from .intake import HoldIntake
 from .runner import Runner
 from .timeline import CallRecord, Timeline
+from .waker import is_wake_request
 
 
 class HoldDriver:
     """Drives one model's ``execute()`` calls under intake hold (see the module doc).
-    ``is_wake(request)`` tells the waker's own wake requests (answered empty)."""
+    With a ``waker``, its own wake requests are answered empty (``waker.is_wake_request``)."""
 
     def __init__(self, runner: Runner, intake: HoldIntake, default_sla_ms: float,
-                 timeline: Timeline, waker=None, is_wake: Callable | None = None,
+                 timeline: Timeline, waker=None,
                  clock: Callable[[], float] = time.monotonic):
         self.runner = runner
         self.waker = waker  # waker.Waker, told of every call (None: no wake requests)
         self.intake = intake
         self._default_sla_ms = default_sla_ms
-        self._is_wake = is_wake
+        self._is_wake = is_wake_request if waker is not None else None
         self._clock = clock
         self.timeline = timeline
         self._ids = itertools.count(1)

@@ -8,6 +8,9 @@ import threading
 import time
 from typing import Callable
 
+# The request id of the waker's own requests: the hold driver answers them empty.
+WAKE_REQUEST_ID = "explicit-batching-wake"
+
 # intake hold: a wake request goes into the model when no call has started this long after
 # the last one returned, and again every as long (see Waker); parameter wake_after_us.
 # OFF by default (0): one make-bench run with it on ended in Triton 2.51's crash under
@@ -19,6 +22,12 @@ WAKE_IDLE_CALLS = 3  # ... until this many calls in a row held wake requests onl
 # nothing and waits for the next call, so a small cap is used up by those
 # (docs/defaults.md).
 WAKE_MAX_IN_FLIGHT = 16
+
+
+def is_wake_request(request) -> bool:
+    """Whether ``request`` is one of the waker's own (answered empty, never decoded)."""
+    return request.request_id() == WAKE_REQUEST_ID
+
 
 class Waker:
     """intake hold's cure for a lost wake-up in Triton 2.51's dynamic batcher.
