@@ -13,6 +13,7 @@ import io
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
@@ -46,19 +47,57 @@ class ScrapeTimeout(TimeoutError):
     timeout is)."""
 
 
+class UnsafeURL(ValueError):
+    """A metrics URL, or a redirect of one, that the sidecar does not fetch: a scheme other
+    than http(s), or another host than the one configured."""
+
+
+FETCH_SCHEMES = ("http", "https")
+
+
+def _check_scheme(url: str) -> urllib.parse.SplitResult:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in FETCH_SCHEMES:
+        raise UnsafeURL(f"metrics URL scheme {parts.scheme or '(none)'!r} refused: only "
+                        f"{' and '.join(FETCH_SCHEMES)} are fetched")
+    return parts
+
+
+class _SameHostRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the host (and port) of the URL configured."""
+
+    def __init__(self, origin: urllib.parse.SplitResult):
+        self._origin = (origin.hostname, origin.port)
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        target = _check_scheme(newurl)
+        if (target.hostname, target.port) != self._origin:
+            raise UnsafeURL(f"redirect to another host refused: {target.hostname}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def fetch_url(url: str, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> str:
     """GET the metrics page (at most MAX_PAGE_BYTES) within ``timeout_s`` seconds in all:
     connect, request, headers and body. A socket timeout alone bounds each read, so a page
     that drips one byte at a time never trips it; here every read waits at most until the
     deadline, and the scrape raises ``ScrapeTimeout`` once it has passed. ``clock`` is
-    monotonic seconds (the name lookup before connecting is not bounded)."""
+    monotonic seconds (the name lookup before connecting is not bounded).
+
+    Only http(s) is fetched, straight from the host (the environment's proxies are not
+    used: a scrape of localhost must not leave the machine), and a redirect is followed only
+    to the same host; anything else raises ``UnsafeURL``."""
+    origin = _check_scheme(url)
     deadline_s = clock() + timeout_s
     conn_args = {"deadline_s": deadline_s, "scrape_timeout_s": timeout_s, "clock": clock}
-    opener = urllib.request.build_opener(_DeadlineHTTPHandler(conn_args),
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                         _SameHostRedirect(origin),
+                                         _DeadlineHTTPHandler(conn_args),
                                          _DeadlineHTTPSHandler(conn_args))
     try:
         resp = opener.open(url, timeout=timeout_s)
     except urllib.error.URLError as exc:  # urllib wraps what failed to connect or send
+        if isinstance(exc.reason, UnsafeURL):
+            raise exc.reason from None
         if isinstance(exc.reason, ScrapeTimeout):
             raise exc.reason from None
         if isinstance(exc.reason, TimeoutError):

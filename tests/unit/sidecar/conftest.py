@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -141,6 +142,7 @@ class _ServerState:
         self.drip_headers = False  # drip from the status line on, not only the body
         self.drip_started_s: float | None = None  # time.monotonic() of the first drip
         self.hits = 0
+        self.location = ""  # set: every GET of another path is redirected (302) here
         self.release = threading.Event()  # set at teardown: wakes handlers that are "slow"
 
 
@@ -153,6 +155,12 @@ class LocalServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 state.hits += 1
+                if state.location and self.path != urlsplit(state.location).path:
+                    self.send_response(302)
+                    self.send_header("Location", state.location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if state.delay_s:
                     state.release.wait(state.delay_s)
                 body = state.body.encode("utf-8")
