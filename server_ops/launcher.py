@@ -33,6 +33,11 @@ DEFAULT_MODEL_REPOSITORY = os.path.join(REPO_ROOT, "model_repository")
 # ``backends`` beside its ``bin``).
 TRITONSERVER_ENV = "EXPLICIT_BATCHING_TRITONSERVER"
 BACKEND_DIR_ENV = "EXPLICIT_BATCHING_BACKEND_DIR"
+# What a server the launcher starts binds by default: the loopback interface only. Triton's
+# model-repository API can load a model, which runs code; nothing reachable from the
+# network should offer it unless told to (--address 0.0.0.0 in a container, behind a
+# front end; docs/deploy.md).
+LOCAL_ADDRESS = "127.0.0.1"
 
 
 def tritonserver_paths() -> tuple[str, str]:
@@ -86,7 +91,8 @@ class TritonServer:
     def __init__(self, model_repository: str = DEFAULT_MODEL_REPOSITORY,
                  http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, log_path: str | None = None,
-                 exit_timeout_s: int = 30, extra_args: tuple[str, ...] = ()):
+                 exit_timeout_s: int = 30, extra_args: tuple[str, ...] = (),
+                 address: str = LOCAL_ADDRESS):
         # Ports the launcher picked (none given) may be taken before the server binds them:
         # then it starts again on new ones (PORT_RETRIES). Ports a caller fixed are refused
         # when taken (PortInUse), never swapped.
@@ -98,6 +104,7 @@ class TritonServer:
         self.log_path = log_path
         self.exit_timeout_s = exit_timeout_s
         self.extra_args = tuple(extra_args)
+        self.address = address  # what HTTP, gRPC and metrics bind (see LOCAL_ADDRESS)
         self.process: subprocess.Popen | None = None
         self._log_file = None
         self.port_retries = 0  # starts again on new ports so far
@@ -105,16 +112,22 @@ class TritonServer:
         self._log_offset = 0  # where start()'s output begins in log_path
 
     @property
+    def host(self) -> str:
+        """Where clients on this machine reach the server: its address, or the loopback
+        interface where it binds them all."""
+        return LOCAL_ADDRESS if self.address in ("0.0.0.0", "::", "") else self.address
+
+    @property
     def http_url(self) -> str:
-        return f"localhost:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str:
-        return f"localhost:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://localhost:{self.metrics_port}/metrics"
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def command(self) -> list[str]:
         binary, backends = tritonserver_paths()
@@ -122,6 +135,8 @@ class TritonServer:
                 f"--backend-directory={backends}",
                 f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
                 f"--metrics-port={self.metrics_port}",
+                *(f"--{api}-address={self.address}" for api in ("http", "grpc", "metrics")
+                  if not any(a.startswith(f"--{api}-address") for a in self.extra_args)),
                 f"--exit-timeout-secs={self.exit_timeout_s}", *self.extra_args]
 
     @property
@@ -325,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--metrics-port", type=int, default=None)
+    parser.add_argument("--address", default=LOCAL_ADDRESS,
+                        help="the address HTTP, gRPC and metrics bind (default: %(default)s, "
+                             "this machine only; 0.0.0.0 for every interface)")
     # Anything else goes to tritonserver as is, e.g. --model-control-mode=explicit
     # --load-model=* (the operator tools reload models through the load API).
     parser.add_argument("--no-supervise", action="store_true",
@@ -338,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         tritonserver_args = ["--model-control-mode=explicit", "--load-model=*",
                              *tritonserver_args]
     server = TritonServer(args.model_repository, args.http_port, grpc, metrics,
-                          extra_args=tuple(tritonserver_args))
+                          extra_args=tuple(tritonserver_args), address=args.address)
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"starting tritonserver on {server.model_repository}", flush=True)
@@ -349,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         server.wait_ready()
-        print(f"\nREADY  HTTP    http://localhost:{args.http_port}\n"
-              f"       gRPC    localhost:{grpc}\n"
-              f"       metrics http://localhost:{metrics}/metrics\n"
+        print(f"\nREADY  HTTP    http://{server.http_url}\n"
+              f"       gRPC    {server.grpc_url}\n"
+              f"       metrics {server.metrics_url}\n"
               f"Ctrl-C stops the server.", flush=True)
         if supervise:
             models = loaded_models(server.http_url)

@@ -308,3 +308,32 @@ def test_the_request_timeout_is_the_sla_when_none_is_given(server):
         assert ok.as_numpy("EMBEDDING").shape == (1, 384)
     finally:
         client.close()
+
+
+def _non_loopback_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), or None."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routing only
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_the_server_answers_on_the_loopback_interface_only(server):
+    """A launched server binds HTTP, gRPC and metrics to 127.0.0.1 (server_ops.launcher
+    LOCAL_ADDRESS): reachable here, refused on the machine's network address."""
+    import socket  # noqa: PLC0415
+
+    outside = _non_loopback_address()
+    if outside is None:
+        pytest.skip("this machine has no network address besides loopback")
+    for port in server.ports:
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) == 0, port
+        with socket.socket() as s:
+            s.settimeout(2.0)
+            assert s.connect_ex((outside, port)) != 0, f"port {port} open on {outside}"

@@ -261,3 +261,15 @@ def test_picked_ports_skip_the_excluded_ones(monkeypatch):
     monkeypatch.setattr(ports_module, "_ephemeral_low", lambda: 40000)
     ports = free_ports(2, exclude={LOWEST_PICKED_PORT}, rng=Fixed())
     assert LOWEST_PICKED_PORT not in ports and len(set(ports)) == 2
+
+
+def test_a_server_binds_the_loopback_interface_unless_told_otherwise():
+    local = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002).command()
+    for api in ("http", "grpc", "metrics"):
+        assert f"--{api}-address=127.0.0.1" in local
+    every = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002,
+                         address="0.0.0.0")
+    assert "--http-address=0.0.0.0" in every.command() and every.host == "127.0.0.1"
+    own = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002,
+                       extra_args=("--grpc-address=10.0.0.5",)).command()
+    assert [a for a in own if a.startswith("--grpc-address")] == ["--grpc-address=10.0.0.5"]
