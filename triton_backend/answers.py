@@ -40,6 +40,7 @@ class Ending:
 
 ENDINGS = {
     "invalid_input": Ending("INVALID_ARG", refusal_label="invalid_input"),
+    "decode_failed": Ending("INTERNAL", refusal_label="invalid_input"),
     "timed_out": Ending("UNAVAILABLE", refusal_label="timed_out"),
     "queue_full": Ending("UNAVAILABLE", refusal_label="queue_full"),
     "shutting_down": Ending("UNAVAILABLE", refusal_label="shutting_down"),

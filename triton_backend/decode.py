@@ -30,11 +30,13 @@ from .tensor_contract import decode_generic
 @dataclass
 class DecodedCall:
     """One call's requests, decoded: ``queued`` for the engine, and those that end now,
-    each ticket with its message: ``invalid`` (INVALID_ARG) and ``expired`` (their client
+    each ticket with its message: ``invalid`` (INVALID_ARG), ``failed`` (decoding raised
+    something other than an input error: INTERNAL, naming it) and ``expired`` (their client
     timeout passed in Triton's queue); ``wakes``: the waker's requests (answered empty)."""
 
     queued: list[QueuedRequest] = field(default_factory=list)
     invalid: list[tuple[Ticket, str]] = field(default_factory=list)
+    failed: list[tuple[Ticket, str]] = field(default_factory=list)  # decode raised (INTERNAL)
     expired: list[tuple[Ticket, str]] = field(default_factory=list)
     wakes: int = 0
 
@@ -60,10 +62,17 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
         else:
             slots.append(i)
     waited_s = now_s - arrival_s
-    for i, decoded in zip(slots, decode_all([requests[i] for i in slots], contract)):
+    try:
+        decoded_all = decode_all([requests[i] for i in slots], contract)
+    except Exception:  # one request broke the call's decode: each alone, so it fails alone
+        decoded_all = [_decode_alone(requests[i], contract) for i in slots]
+    for i, decoded in zip(slots, decoded_all):
         ticket = tickets[i]
         if isinstance(decoded, RequestError):
             call.invalid.append((ticket, str(decoded)))
+            continue
+        if isinstance(decoded, DecodeFailure):
+            call.failed.append((ticket, str(decoded)))
             continue
         timeout_ms = decoded.timeout_ms
         if timeout_ms and waited_s >= timeout_ms / 1000.0:
@@ -76,6 +85,24 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
         call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,
                                          decoded.sla_ms or default_sla_ms, ticket))
     return call
+
+
+class DecodeFailure(Exception):
+    """Decoding one request raised something other than a ``RequestError``: a bug, or an
+    object Triton handed over broken. Its message names the exception's type, never the
+    request's content."""
+
+
+def _decode_alone(request, contract):
+    """``decode`` of one request: the decoded request, its ``RequestError``, or a
+    ``DecodeFailure`` naming what else it raised."""
+    try:
+        return decode(request, contract)
+    except RequestError as exc:
+        return exc
+    except Exception as exc:
+        return DecodeFailure(f"could not decode this request: {type(exc).__name__} while "
+                             "reading its inputs (the rest of its call is served)")
 
 
 def request_parameters(request) -> dict:

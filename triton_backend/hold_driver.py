@@ -87,6 +87,7 @@ class HoldDriver:
                            self._default_sla_ms, self._ids, self._is_wake)
         record.decoded_s = self._clock()
         runner.answers.refuse_each(call.invalid, "invalid_input")
+        runner.answers.refuse_each(call.failed, "decode_failed")
         if call.expired:
             runner.answers.refuse_each(call.expired, "timed_out")
             with runner.cond:  # late, for the scheduler's late share

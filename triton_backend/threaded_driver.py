@@ -61,6 +61,7 @@ class ThreadedDriver:
         call = decode_call(requests, runner.contract, tickets, arrival, now,
                            self._default_sla_ms, self._ids)
         runner.answers.refuse_each(call.invalid, "invalid_input")
+        runner.answers.refuse_each(call.failed, "decode_failed")
         runner.answers.refuse_each(call.expired, "timed_out")
         generation = self.intake.generation()  # a release from now on lets it return
         with runner.cond:  # one wake-up for the whole call

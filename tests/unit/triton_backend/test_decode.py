@@ -38,3 +38,22 @@ def test_a_call_is_sorted_into_queued_invalid_expired_and_wake_requests(pb_utils
     assert decoded.wakes == 1 and call.answered(5)  # the wake request: answered empty
     assert decoded.min_sla_ms == 60.0
     assert tickets[0].input_ids.tolist() == [5, 6]
+
+
+def test_a_request_whose_decode_raises_fails_alone_naming_the_error_not_its_content(pb_utils):
+    class Broken(pb_utils.FakeRequest):
+        def inputs(self):
+            raise RuntimeError("secret-content-of-the-request")
+
+    requests = [pb_utils.FakeRequest([5, 6], sla_ms=80.0), Broken([7], sla_ms=80.0),
+                pb_utils.FakeRequest([8], sla_ms=80.0)]
+    call = CallList(requests)
+    tickets = [Ticket(r, call, slot=i) for i, r in enumerate(requests)]
+
+    decoded = decode_call(requests, None, tickets, arrival_s=1.0, now_s=1.0,
+                          default_sla_ms=DEFAULT_SLA_MS, ids=itertools.count(1))
+
+    assert [q.handle for q in decoded.queued] == [tickets[0], tickets[2]]
+    ((ticket, message),) = decoded.failed
+    assert ticket is tickets[1] and "RuntimeError" in message
+    assert "secret" not in message and not decoded.invalid

@@ -289,3 +289,25 @@ def test_a_step_that_fails_on_the_as_handed_path_fails_its_batch_alone(adapter, 
     returned = model.execute(fine)
     assert all(pb_utils.error_code(the_answer(pb_utils, r, returned, i)) is None
                for i, r in enumerate(fine))
+
+
+def test_a_request_whose_decode_raises_fails_alone_and_its_call_is_served(adapter, pb_utils):
+    """31 valid requests and one whose inputs cannot be read (an unexpected error, not an
+    input error): 31 embeddings, one INTERNAL naming the error's type."""
+    class Broken(pb_utils.FakeRequest):
+        def inputs(self):
+            raise RuntimeError("unreadable")
+
+    model = adapter.model("hold")
+    requests = [pb_utils.FakeRequest([100 + k, 7], sla_ms=SLA_MS) for k in range(31)]
+    requests.insert(13, Broken([99], sla_ms=SLA_MS))
+
+    returned = model.execute(requests)
+
+    for i, req in enumerate(requests):
+        response = the_answer(pb_utils, req, returned, i)
+        if i == 13:
+            assert pb_utils.error_code(response) == pb_utils.TritonError.INTERNAL
+            assert "RuntimeError" in response.error().message()
+        else:
+            assert not response.has_error(), response
