@@ -37,7 +37,7 @@ DOCS = _documents()
 
 def test_every_piece_is_there():
     assert set(DOCS) == {"Deployment", "Service", "PodMonitor", "ConfigMap",
-                         "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+                         "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"}
 
 
 @pytest.mark.parametrize("kind", sorted(k for k, d in DOCS.items()
@@ -80,9 +80,10 @@ def test_probes_and_ports_are_tritons():
                                                          "port": "http"}
     assert _container()["livenessProbe"]["httpGet"] == {"path": "/v2/health/live",
                                                         "port": "http"}
-    assert {p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]} == set(ports)
+    # The metrics port is scraped on the pods, never offered through the Service.
+    assert {p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]} == {"http", "grpc"}
     (endpoint,) = DOCS["PodMonitor"]["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
 
 
 def test_the_grace_period_covers_the_pre_stop_the_drain_and_tritons_exit_timeout():
@@ -102,3 +103,45 @@ def test_the_autoscaler_reads_the_metric_the_adapter_makes_from_a_plugin_gauge()
     assert series.startswith(PREFIX) and series[len(PREFIX):] in GAUGES
     assert "<<.Series>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
     assert metric["pods"]["target"]["type"] == "AverageValue"
+
+
+def _every_container() -> list[dict]:
+    spec = _pod()["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_nothing_runs_as_root_or_with_more_than_it_needs():
+    pod = _pod()["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in _every_container():
+        ctx = container["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False, container["name"]
+        assert ctx["capabilities"]["drop"] == ["ALL"], container["name"]
+        assert ctx["readOnlyRootFilesystem"] is True, container["name"]
+
+
+def test_every_container_has_guaranteed_cpu_and_memory():
+    for container in _every_container():
+        resources = container["resources"]
+        for kind in ("cpu", "memory"):
+            assert resources["requests"][kind] == resources["limits"][kind], \
+                (container["name"], kind)
+
+
+def test_dev_shm_is_memory_backed_and_tmp_writable():
+    volumes = {v["name"]: v for v in _pod()["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in _container()["volumeMounts"]}
+    shm = volumes[mounts["/dev/shm"]]["emptyDir"]
+    assert shm["medium"] == "Memory" and shm["sizeLimit"]
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_the_network_policy_admits_inference_and_the_scrape_only():
+    policy = DOCS["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == NAME
+    assert policy["policyTypes"] == ["Ingress"]
+    allowed = [{p["port"] for p in rule["ports"]} for rule in policy["ingress"]]
+    assert allowed == [{"http", "grpc"}, {"metrics"}]
+    ports = {p["name"] for p in _container()["ports"]}
+    assert set().union(*allowed) == ports
