@@ -27,6 +27,10 @@ import urllib.request
 from typing import Callable, Iterable
 
 STUB_BINARY = b"triton_python_backend_stub"
+# A failed reload is tried again after this long, doubling each time up to the cap: a
+# server busy loading, or briefly unreachable, gets time; a model left failing does not.
+RELOAD_BACKOFF_S = 1.0
+RELOAD_BACKOFF_MAX_S = 60.0
 
 
 def _server_stub_argvs(server_pid: int, proc: str) -> dict[int, list[bytes]]:
@@ -73,7 +77,7 @@ class StubSupervisor:
 
     def __init__(self, server_pid: int, http_url: str, models: Iterable[str],
                  period_s: float = 0.5, log: Callable[[str], None] = print,
-                 proc: str = "/proc"):
+                 proc: str = "/proc", clock: Callable[[], float] = time.monotonic):
         self.server_pid = server_pid
         self.base = f"http://{http_url}"
         self.models = tuple(models)
@@ -82,6 +86,9 @@ class StubSupervisor:
         self.proc = proc
         self.reloads: dict[str, int] = {m: 0 for m in self.models}
         self._seen: dict[str, set[int]] = {m: set() for m in self.models}
+        # model -> (when to try the reload again, the backoff, its try, the stubs lost)
+        self._retry: dict[str, tuple[float, float, int, set[int]]] = {}
+        self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -97,34 +104,59 @@ class StubSupervisor:
             return False
 
     def check(self) -> list[str]:
-        """One round: the models found crashed (and reloaded) this round."""
-        crashed = []
+        """One round: the models whose reload was tried this round (a crash found, or a
+        failed reload's next try due)."""
+        tried = []
         stubs = _server_stub_argvs(self.server_pid, self.proc)  # one scan for every model
+        now = self._clock()
         for model in self.models:
             live = _of_model(stubs, model)
+            if model in self._retry:  # a failed reload: the model is still broken
+                at, backoff, attempt, dead = self._retry[model]
+                if now >= at:
+                    tried.append(model)
+                    self._try_reload(model, dead, attempt + 1, backoff)
+                continue
             seen = self._seen[model]
             # A reload starts new stubs before the old ones go; a crash only loses some.
             if seen and live < seen and self.ready(model):
-                crashed.append(model)
-                self.reload(model, seen - live)
-                live = stub_pids(self.server_pid, model, self.proc)
+                tried.append(model)
+                self._try_reload(model, seen - live, 1, RELOAD_BACKOFF_S / 2)
+                continue
             self._seen[model] = live
-        return crashed
+        return tried
 
-    def reload(self, model: str, dead: set[int]) -> None:
-        self.log(f"supervisor: {model}: stub {sorted(dead)} died; reloading the model")
+    def _try_reload(self, model: str, dead: set[int], attempt: int, backoff_s: float) -> None:
+        """Reload; on failure, try again after twice ``backoff_s`` (capped)."""
+        if self.reload(model, dead, attempt):
+            self._retry.pop(model, None)
+            self._seen[model] = stub_pids(self.server_pid, model, self.proc)
+            return
+        backoff_s = min(2 * backoff_s, RELOAD_BACKOFF_MAX_S)
+        self._retry[model] = (self._clock() + backoff_s, backoff_s, attempt, dead)
+        self.log(f"supervisor: {model}: try {attempt + 1} in {backoff_s:g} s")
+
+    def reload(self, model: str, dead: set[int], attempt: int = 1) -> bool:
+        """Reload ``model`` through the load API; whether it worked (each try logged)."""
+        self.log(f"supervisor: {model}: stub {sorted(dead)} died; reloading the model"
+                 + (f" (try {attempt})" if attempt > 1 else ""))
         started = time.monotonic()
         try:
-            config = json.loads(_http(f"{self.base}/v2/models/{model}/config"))
-            # The config parameter forces the reload (an unmodified model is skipped).
-            _http(f"{self.base}/v2/repository/models/{model}/load",
-                  {"parameters": {"config": json.dumps(config)}}, timeout_s=120.0)
+            self._load(model)
         except OSError as exc:
             self.log(f"supervisor: {model}: reload failed ({exc}); the model keeps failing "
                      "until it is reloaded (is the server in --model-control-mode=explicit?)")
-            return
+            return False
         self.reloads[model] += 1
         self.log(f"supervisor: {model}: reloaded in {time.monotonic() - started:.1f} s")
+        return True
+
+    def _load(self, model: str) -> None:
+        """The forced reload: the model's own config as the load's parameter (a plain load
+        of an unmodified model does nothing)."""
+        config = json.loads(_http(f"{self.base}/v2/models/{model}/config"))
+        _http(f"{self.base}/v2/repository/models/{model}/load",
+              {"parameters": {"config": json.dumps(config)}}, timeout_s=120.0)
 
     def start(self) -> "StubSupervisor":
         self._thread = threading.Thread(target=self._run, name="stub-supervisor", daemon=True)

@@ -39,8 +39,9 @@ class _Sup(StubSupervisor):
     def ready(self, model):
         return self.is_ready
 
-    def reload(self, model, dead):
+    def reload(self, model, dead, attempt=1):
         self.reloaded.append((model, dead))
+        return True
 
 
 def test_a_lost_stub_without_replacement_is_a_crash_a_replaced_one_a_reload(tmp_path):
@@ -76,3 +77,51 @@ def test_one_of_two_instances_dying_is_a_crash_of_the_model(tmp_path):
     assert stub_pids(10, "m", str(tmp_path)) == {11, 12}
     shutil.rmtree(tmp_path / "12")
     assert sup.check() == ["m"] and sup.reloaded == [("m", {12})]
+
+
+class _FailingLoads(StubSupervisor):
+    """The real reload path with a load API that fails ``failures`` times, on a fake clock."""
+
+    def __init__(self, proc, failures: int):
+        self.now, self.loads, self.failures, self.lines = 100.0, [], failures, []
+        super().__init__(10, "localhost:1", ["m"], log=self.lines.append, proc=proc,
+                         clock=lambda: self.now)
+
+    def ready(self, model):
+        return True
+
+    def _load(self, model):
+        self.loads.append(self.now)
+        if len(self.loads) <= self.failures:
+            raise OSError("connection refused")
+
+
+def test_a_failed_reload_is_tried_again_with_a_doubling_backoff_and_each_try_logged(tmp_path):
+    import shutil
+
+    _stub(tmp_path, 11, 10, "m")
+    sup = _FailingLoads(str(tmp_path), failures=3)
+    sup.check()
+    shutil.rmtree(tmp_path / "11")  # a crash
+    for _ in range(40):  # rounds every 0.5 s: 20 s
+        sup.check()
+        sup.now += 0.5
+    assert [t - sup.loads[0] for t in sup.loads] == [0.0, 1.0, 3.0, 7.0]  # 1, 2, 4 s apart
+    assert sup.reloads["m"] == 1 and "m" not in sup._retry
+    tries = [line for line in sup.lines if "reloading the model" in line]
+    assert tries[0].endswith("reloading the model") and tries[-1].endswith("(try 4)")
+    assert [line for line in sup.lines if "try 2 in" in line] == ["supervisor: m: try 2 in 1 s"]
+
+
+def test_the_backoff_is_capped(tmp_path):
+    import shutil
+
+    _stub(tmp_path, 11, 10, "m")
+    sup = _FailingLoads(str(tmp_path), failures=10 ** 6)
+    sup.check()
+    shutil.rmtree(tmp_path / "11")
+    for _ in range(2000):  # 1000 s of rounds
+        sup.check()
+        sup.now += 0.5
+    gaps = [b - a for a, b in zip(sup.loads, sup.loads[1:])]
+    assert max(gaps) == 60.0 and gaps[:3] == [1.0, 2.0, 4.0]
