@@ -76,10 +76,18 @@ def test_selectors_name_the_pods():
 def test_probes_and_ports_are_tritons():
     ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
-    assert _container()["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready",
-                                                         "port": "http"}
-    assert _container()["livenessProbe"]["httpGet"] == {"path": "/v2/health/live",
-                                                        "port": "http"}
+    # Ready: the plugin model's own endpoint; live: the model answers (server_ops.probe,
+    # tests/integration/test_probe.py), since Triton keeps a model with a dead stub ready.
+    ready = _container()["readinessProbe"]["httpGet"]
+    model = re.fullmatch(r"/v2/models/(\w+)/ready", ready["path"]).group(1)
+    assert ready["port"] == "http"
+    live = _container()["livenessProbe"]
+    command = live["exec"]["command"]
+    assert command[1:3] == ["-m", "server_ops.probe"]
+    assert command[command.index("--model") + 1] == model
+    probe_timeout = float(command[command.index("--timeout-s") + 1])
+    assert live["timeoutSeconds"] > probe_timeout
+    assert live["periodSeconds"] * live["failureThreshold"] <= 10
     # The metrics port is scraped on the pods, never offered through the Service.
     assert {p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]} == {"http", "grpc"}
     (endpoint,) = DOCS["PodMonitor"]["spec"]["podMetricsEndpoints"]
