@@ -15,6 +15,7 @@ from tritonclient.utils import InferenceServerException
 from scheduler_core.profile_files import load_profile_dir
 from tests.conftest import BLS_MODELS, SHIPPED_MODELS, gate_path
 from tests.integration.collector import Collector
+from tests.integration.models import grpc_inputs
 from tests.integration.refusals import refused_by_its_own_estimate
 from tests.eventually import eventually, stays
 from tests.integration.gates import DeviceGate, triton_counts, wait_pending
@@ -337,3 +338,35 @@ def test_the_server_answers_on_the_loopback_interface_only(server):
         with socket.socket() as s:
             s.settimeout(2.0)
             assert s.connect_ex((outside, port)) != 0, f"port {port} open on {outside}"
+
+
+def test_an_oversized_input_fails_alone(server):
+    """A 64 MiB INPUT_IDS (8 Mi tokens) sent among 32 valid requests: INVALID_ARG for it,
+    naming the limit, and the 32 served. Triton copies it into the stub's shared memory
+    before the plugin sees it (docs/reliability.md says which front-end limit keeps it
+    from getting that far)."""
+    rng = np.random.default_rng(64)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    results = Collector()
+    huge_at = 16
+    try:
+        for i in range(33):
+            if i == huge_at:
+                ids = grpcclient.InferInput("INPUT_IDS", [1, 8 * 1024 * 1024], "INT64")
+                ids.set_data_from_numpy(np.full((1, 8 * 1024 * 1024), 1000, dtype=np.int64))
+                inputs = [ids]
+            else:
+                inputs = grpc_inputs(rng, 16)
+            client.async_infer("emulated_explicit", inputs, results.callback(i),
+                               client_timeout=120)
+        results.wait(33, timeout=120)
+    finally:
+        client.close()
+    for i in range(33):
+        [(result, error)] = results.calls[i]
+        if i == huge_at:
+            assert error is not None and "512" in str(error), error
+            assert "INVALID_ARGUMENT" in str(error.status()), error
+        else:
+            assert error is None, (i, error)
+            assert result.as_numpy("EMBEDDING").shape == (1, 384)
