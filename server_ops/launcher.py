@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -21,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
+from server_ops.admin import ADMIN_KEY_ENV, ADMIN_KEY_HEADER
 from server_ops.ports import PortInUse, free_ports, port_in_use
 from server_ops.supervisor import StubSupervisor
 
@@ -92,7 +94,7 @@ class TritonServer:
                  http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, log_path: str | None = None,
                  exit_timeout_s: int = 30, extra_args: tuple[str, ...] = (),
-                 address: str = LOCAL_ADDRESS):
+                 address: str = LOCAL_ADDRESS, admin_key: str | None = None):
         # Ports the launcher picked (none given) may be taken before the server binds them:
         # then it starts again on new ones (PORT_RETRIES). Ports a caller fixed are refused
         # when taken (PortInUse), never swapped.
@@ -105,6 +107,7 @@ class TritonServer:
         self.exit_timeout_s = exit_timeout_s
         self.extra_args = tuple(extra_args)
         self.address = address  # what HTTP, gRPC and metrics bind (see LOCAL_ADDRESS)
+        self.admin_key = admin_key  # None: the model-repository API is not restricted
         self.process: subprocess.Popen | None = None
         self._log_file = None
         self.port_retries = 0  # starts again on new ports so far
@@ -137,6 +140,10 @@ class TritonServer:
                 f"--metrics-port={self.metrics_port}",
                 *(f"--{api}-address={self.address}" for api in ("http", "grpc", "metrics")
                   if not any(a.startswith(f"--{api}-address") for a in self.extra_args)),
+                *((f"--http-restricted-api=model-repository:{ADMIN_KEY_HEADER}="
+                   f"{self.admin_key}",
+                   f"--grpc-restricted-protocol=model-repository:{ADMIN_KEY_HEADER}="
+                   f"{self.admin_key}") if self.admin_key else ()),
                 f"--exit-timeout-secs={self.exit_timeout_s}", *self.extra_args]
 
     @property
@@ -276,7 +283,8 @@ class TritonServer:
     def _repository(self, path: str, body: dict, timeout_s: float) -> None:
         req = urllib.request.Request(
             f"http://{self.http_url}/v2/repository/{path}", data=json.dumps(body).encode(),
-            method="POST", headers={"Content-Type": "application/json"})
+            method="POST", headers={"Content-Type": "application/json",
+                                    **({ADMIN_KEY_HEADER: self.admin_key} if self.admin_key else {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 resp.read()
@@ -321,10 +329,11 @@ def _ports_text(ports: tuple[int, int, int]) -> str:
     return f"HTTP {http}, gRPC {grpc}, metrics {metrics}"
 
 
-def loaded_models(http_url: str) -> list[str]:
+def loaded_models(http_url: str, admin_key: str | None = None) -> list[str]:
     """Names of the models the server reports READY (its repository index)."""
     req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}",
-                                 method="POST", headers={"Content-Type": "application/json"})
+                                 method="POST", headers={"Content-Type": "application/json",
+                                                         **({ADMIN_KEY_HEADER: admin_key} if admin_key else {})})
     with urllib.request.urlopen(req, timeout=10) as resp:
         index = json.loads(resp.read())
     return sorted(m["name"] for m in index if m.get("state") == "READY")
@@ -355,8 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         # The supervisor reloads through the load API, which explicit mode opens.
         tritonserver_args = ["--model-control-mode=explicit", "--load-model=*",
                              *tritonserver_args]
+    admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(16)
     server = TritonServer(args.model_repository, args.http_port, grpc, metrics,
-                          extra_args=tuple(tritonserver_args), address=args.address)
+                          extra_args=tuple(tritonserver_args), address=args.address,
+                          admin_key=admin_key)
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"starting tritonserver on {server.model_repository}", flush=True)
@@ -367,14 +378,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         server.wait_ready()
+        key_note = ("" if os.environ.get(ADMIN_KEY_ENV) else
+                    f"; this run's key: export {ADMIN_KEY_ENV}={admin_key}")
         print(f"\nREADY  HTTP    http://{server.http_url}\n"
               f"       gRPC    {server.grpc_url}\n"
               f"       metrics {server.metrics_url}\n"
-              f"Ctrl-C stops the server.", flush=True)
+              f"The model-repository API (load, unload) needs the header "
+              f"'{ADMIN_KEY_HEADER}: <key>'{key_note}\n"
+              "Ctrl-C stops the server.", flush=True)
         if supervise:
-            models = loaded_models(server.http_url)
+            models = loaded_models(server.http_url, admin_key)
             StubSupervisor(server.process.pid, server.http_url, models,
-                           log=lambda m: print(m, flush=True)).start()
+                           log=lambda m: print(m, flush=True), admin_key=admin_key).start()
             print(f"supervisor: reloads any of {', '.join(models)} whose stub dies", flush=True)
         return server.process.wait()
     except KeyboardInterrupt:

@@ -26,6 +26,8 @@ import time
 import urllib.request
 from typing import Callable, Iterable
 
+from server_ops.admin import ADMIN_KEY_HEADER
+
 STUB_BINARY = b"triton_python_backend_stub"
 # A failed reload is tried again after this long, doubling each time up to the cap: a
 # server busy loading, or briefly unreachable, gets time; a model left failing does not.
@@ -64,10 +66,11 @@ def stub_pids(server_pid: int, model: str, proc: str = "/proc") -> set[int]:
     return _of_model(_server_stub_argvs(server_pid, proc), model)
 
 
-def _http(url: str, body: dict | None = None, timeout_s: float = 5.0) -> bytes:
+def _http(url: str, body: dict | None = None, timeout_s: float = 5.0,
+          headers: dict[str, str] | None = None) -> bytes:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         return resp.read()
 
@@ -77,7 +80,8 @@ class StubSupervisor:
 
     def __init__(self, server_pid: int, http_url: str, models: Iterable[str],
                  period_s: float = 0.5, log: Callable[[str], None] = print,
-                 proc: str = "/proc", clock: Callable[[], float] = time.monotonic):
+                 proc: str = "/proc", clock: Callable[[], float] = time.monotonic,
+                 admin_key: str | None = None):
         self.server_pid = server_pid
         self.base = f"http://{http_url}"
         self.models = tuple(models)
@@ -89,6 +93,8 @@ class StubSupervisor:
         # model -> (when to try the reload again, the backoff, its try, the stubs lost)
         self._retry: dict[str, tuple[float, float, int, set[int]]] = {}
         self._clock = clock
+        # The restricted model-repository API's header (server_ops.launcher.admin_headers).
+        self._repository_headers = {ADMIN_KEY_HEADER: admin_key} if admin_key else {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -156,7 +162,8 @@ class StubSupervisor:
         of an unmodified model does nothing)."""
         config = json.loads(_http(f"{self.base}/v2/models/{model}/config"))
         _http(f"{self.base}/v2/repository/models/{model}/load",
-              {"parameters": {"config": json.dumps(config)}}, timeout_s=120.0)
+              {"parameters": {"config": json.dumps(config)}}, timeout_s=120.0,
+              headers=self._repository_headers)
 
     def start(self) -> "StubSupervisor":
         self._thread = threading.Thread(target=self._run, name="stub-supervisor", daemon=True)

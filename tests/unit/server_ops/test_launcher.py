@@ -273,3 +273,12 @@ def test_a_server_binds_the_loopback_interface_unless_told_otherwise():
     own = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002,
                        extra_args=("--grpc-address=10.0.0.5",)).command()
     assert [a for a in own if a.startswith("--grpc-address")] == ["--grpc-address=10.0.0.5"]
+
+
+def test_a_key_restricts_the_model_repository_api_over_http_and_grpc():
+    keyed = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002,
+                         admin_key="k").command()
+    assert "--http-restricted-api=model-repository:admin-key=k" in keyed
+    assert "--grpc-restricted-protocol=model-repository:admin-key=k" in keyed
+    plain = TritonServer(http_port=18000, grpc_port=18001, metrics_port=18002).command()
+    assert not any("restricted" in a for a in plain)

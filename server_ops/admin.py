@@ -1,0 +1,23 @@
+"""Triton's restricted-API key for the model-repository API (load, unload, index).
+
+A launched server restricts that API (``--http-restricted-api`` and
+``--grpc-restricted-protocol``): a model load runs code, so it needs the key. A client sends
+it as the header ``ADMIN_KEY_HEADER``. ``make serve`` takes it from ``ADMIN_KEY_ENV``, or
+makes one and prints it; the supervisor and the operator tools send it from there.
+"""
+
+from __future__ import annotations
+
+import os
+
+ADMIN_KEY_ENV = "EXPLICIT_BATCHING_ADMIN_KEY"
+ADMIN_KEY_HEADER = "admin-key"
+# Triton 2.51's gRPC front end reads a restricted protocol's key from this metadata key.
+GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
+
+
+def admin_headers(admin_key: str | None = None) -> dict[str, str]:
+    """The header a model-repository call carries: ``admin_key``, else the one in
+    ``ADMIN_KEY_ENV``; none where there is neither (an unrestricted server)."""
+    key = admin_key if admin_key is not None else os.environ.get(ADMIN_KEY_ENV)
+    return {ADMIN_KEY_HEADER: key} if key else {}
