@@ -9,7 +9,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .executors import pad_batch
-from .tensor_contract import Contract, GenericRequest, batch_inputs, split_outputs
+from .tensor_contract import (Contract, GenericRequest, batch_groups, batch_inputs,
+                              split_outputs)
 
 
 def _exec(model_name: str, inputs: list, outputs: list[str]):
@@ -42,6 +43,16 @@ class GenericBLSExecutor:
         self.contract = contract
 
     def run(self, requests: Sequence[GenericRequest]) -> list[dict[str, np.ndarray]]:
+        """One inner call for each group of requests that can share a batch
+        (``batch_groups``: a request with an optional input the others lack, or with rows of
+        another shape, runs beside them, not in their batch); outputs in request order."""
+        outputs: list = [None] * len(requests)
+        for group in batch_groups(requests):
+            for i, out in zip(group, self._run_one([requests[i] for i in group])):
+                outputs[i] = out
+        return outputs
+
+    def _run_one(self, requests: Sequence[GenericRequest]) -> list[dict[str, np.ndarray]]:
         inputs = batch_inputs(self.contract, requests)
         response = _exec(self.model_name,
                          [pb_utils.Tensor(name, value) for name, value in inputs.items()],

@@ -155,6 +155,17 @@ def decode_generic(contract: Contract, tensors: Mapping[str, np.ndarray | None],
 
 # -- one batch ------------------------------------------------------------------------------
 
+def batch_groups(requests: Sequence[GenericRequest]) -> list[list[int]]:
+    """The indices of ``requests`` split into groups that can share one inner batch: the
+    same optional inputs present, each with the same row shape. In order of first
+    appearance; one group when the batch is uniform (the common case)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
+        key = tuple(sorted((name, value.shape[1:]) for name, value in r.extras.items()))
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
 def batch_inputs(contract: Contract, requests: Sequence[GenericRequest]
                  ) -> dict[str, np.ndarray]:
     """The inner model's inputs for ``requests``: sequences padded to the longest,

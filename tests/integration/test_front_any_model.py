@@ -33,8 +33,11 @@ class TritonPythonModel:
         for request in requests:
             tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS").as_numpy()
             weight = pb_utils.get_input_tensor_by_name(request, "WEIGHT").as_numpy()
+            bias = pb_utils.get_input_tensor_by_name(request, "BIAS")  # optional
             valid = tokens != 0
             total = (tokens.astype(np.float64) * valid).sum(axis=1, keepdims=True)
+            if bias is not None:
+                total = total + bias.as_numpy()
             score = (total * weight).astype(np.float16)
             count = valid.sum(axis=1, keepdims=True).astype(np.int32)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
@@ -44,7 +47,8 @@ class TritonPythonModel:
 
 IO = '''input [
   {{ name: "TOKENS" data_type: TYPE_INT32 dims: [ -1 ] }},
-  {{ name: "WEIGHT" data_type: {weight} dims: [ 2 ] }}{sla}
+  {{ name: "WEIGHT" data_type: {weight} dims: [ 2 ] }},
+  {{ name: "BIAS" data_type: TYPE_FP64 dims: [ 1 ] optional: true }}{sla}
 ]
 output [
   {{ name: "SCORE" data_type: TYPE_FP16 dims: [ 2 ] }},
@@ -167,3 +171,30 @@ def test_a_front_whose_tensors_do_not_fit_is_refused_naming_the_mismatch(front_s
         assert not client.is_model_ready(BAD_FRONT)
     finally:
         client.close()
+
+
+def test_a_request_with_an_optional_input_the_others_lack_is_served_beside_them(front_server):
+    """31 plain requests and one that sends the optional BIAS, all in flight at once: the
+    front cannot put them in one inner batch, so it runs them in two; all 32 are answered
+    as the inner model answers each alone."""
+    client = grpcclient.InferenceServerClient(front_server.grpc_url)
+    cases = list(_requests(32, seed=31))
+    done: "queue.Queue" = queue.Queue()
+    try:
+        for i, (tokens, weight) in enumerate(cases):
+            inputs, outputs = _inputs(grpcclient, tokens, weight)
+            if i == 7:
+                bias = grpcclient.InferInput("BIAS", [1, 1], "FP64")
+                bias.set_data_from_numpy(np.array([[5.0]]))
+                inputs.append(bias)
+            client.async_infer(FRONT, inputs, outputs=outputs,
+                               callback=lambda result, error, i=i: done.put((i, result, error)))
+        answers = dict((i, (r, e)) for i, r, e in (done.get(timeout=60) for _ in cases))
+    finally:
+        client.close()
+    for i, (tokens, weight) in enumerate(cases):
+        result, error = answers[i]
+        assert error is None, (i, error)
+        total = float(tokens.sum()) + (5.0 if i == 7 else 0.0)
+        expected = (np.array([[total]]) * weight).astype(np.float16)
+        np.testing.assert_array_equal(result.as_numpy("SCORE"), expected)

@@ -85,3 +85,19 @@ def test_the_inner_config_is_read_and_checked():
     renamed = INNER.replace('"SCORE"', '"LOGITS"')
     assert any("output SCORE is not an output of 'scorer'" in p
                for p in check_inner_config(contract(), "scorer", renamed))
+
+
+def test_requests_that_cannot_share_a_batch_are_grouped_apart():
+    """Optional inputs present in some requests only, or rows of another shape: each kind
+    its own group, in order of first appearance; a uniform batch is one group."""
+    import numpy as np  # noqa: PLC0415
+
+    from triton_backend.tensor_contract import GenericRequest, batch_groups  # noqa: PLC0415
+
+    def req(**extras):
+        return GenericRequest(np.array([1, 2], dtype=np.int32),
+                              {k: np.zeros(v, dtype=np.float32) for k, v in extras.items()})
+
+    plain, biased, wide = req(W=(1, 2)), req(W=(1, 2), B=(1, 1)), req(W=(1, 3))
+    assert batch_groups([plain, plain, plain]) == [[0, 1, 2]]
+    assert batch_groups([plain, biased, plain, wide, biased]) == [[0, 2], [1, 4], [3]]
