@@ -95,6 +95,14 @@ class Scheduler(AsHandedRule):
         base = self.estimator.base_parts_ms
         return base(1, n, n, n * n), base(k, n, k * n, k * n * n)
 
+    def backlog_ms(self) -> float:
+        """The device time the queue needs by the estimate (ms): each request's share of an
+        efficient batch of its length, corrected. A refused client's retry-after hint."""
+        cfg, correction = self.cfg, self.estimator.correction
+        return correction * sum(
+            e.efficient_ms / max(1, min(self._efficient_size, cfg.max_batch_tokens // e.seq_len))
+            for e in self._queue)
+
     def queue_full_message(self) -> str:
         return f"queue holds max_queue_size={self.cfg.max_queue_size} requests"
 

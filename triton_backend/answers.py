@@ -52,6 +52,12 @@ ENDINGS = {
 }
 
 
+def retry_hint(backlog_ms: float) -> str:
+    """What an overload refusal tells its client: when trying again can pay, the device
+    time the plugin's queue still needs by its estimate (at least 1 ms)."""
+    return f"retry after {max(1, math.ceil(backlog_ms))} ms"
+
+
 class Ticket:
     """One request from decode to its answer (the core sees it as ``QueuedRequest.handle``):
     Triton's request object, kept alive until answered, what was decoded of it, and its

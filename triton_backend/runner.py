@@ -32,7 +32,7 @@ from scheduler_core.contract import ZONE_NAMES, refusal_message
 from scheduler_core.request import QueuedRequest
 from sidecar.sampler import HEALTH_VALUE, usable
 
-from .answers import Answers, embedding_response, outputs_response
+from .answers import Answers, embedding_response, outputs_response, retry_hint
 from .control_metrics import ControlMetrics
 from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
@@ -105,10 +105,12 @@ class Runner:
         """Queue a call's requests (``cond`` held); returns those refused at the door,
         with the ``ENDINGS`` kind and the message to answer them with (``refuse``)."""
         if self.stopping:
-            return queued, "shutting_down", "model is shutting down"
+            return queued, "shutting_down", ("model is shutting down; retry on another "
+                                             "instance")
         left = self.engine.submit(queued, now)
         self.arrivals += len(queued) - len(left)
-        return left, "queue_full", f"queue full: {self.scheduler.queue_full_message()}"
+        return left, "queue_full", (f"queue full: {self.scheduler.queue_full_message()}; "
+                                    f"{retry_hint(self.scheduler.backlog_ms())}")
 
     def submit(self, queued: list[QueuedRequest], now: float) -> None:
         """Queue a call's requests; answer the ones refused at the door."""
@@ -136,8 +138,9 @@ class Runner:
             sample, _ = self.perception.read(now)
             step = self.engine.step(now, flush, sample)
             arrivals_seen = self.arrivals
+            backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
         try:
-            self._refuse_shed(step.refused)
+            self._refuse_shed(step.refused, backlog_ms + step.estimated_ms)
             self._log_zone_change(step.decision.zone, step.decision.mode, step.former, now)
         except Exception:  # counted and logged; the batch still runs
             self.step_failed()
@@ -147,10 +150,12 @@ class Runner:
         started = self._run(step, now) if step.batch else None
         return Ran(now, step, arrivals_seen, started)
 
-    def _refuse_shed(self, refused) -> None:
-        """A step's refusals, each with its own numbers (``Refusal.detail``)."""
-        self.answers.refuse_each([(r.handle, refusal_message(reason)) for r, reason in refused],
-                                 "deadline_infeasible")
+    def _refuse_shed(self, refused, backlog_ms: float) -> None:
+        """A step's refusals, each with its own numbers (``Refusal.detail``) and when to
+        retry: the queue left and the batch just formed, by the estimate."""
+        hint = retry_hint(backlog_ms)
+        self.answers.refuse_each([(r.handle, f"{refusal_message(reason)}; {hint}")
+                                  for r, reason in refused], "deadline_infeasible")
 
     def take_whole(self, batch: list[QueuedRequest]) -> Ran | None:
         """Intake hold's call as one batch, as handed over, where the engine takes it so
@@ -197,8 +202,11 @@ class Runner:
         ``deadline_infeasible`` refusal also enters the scheduler's figures (with the
         ``call_size`` they came in: its late share, ``Scheduler.refuse_queued``)."""
         with self.cond:
+            backlog_ms = self.scheduler.backlog_ms()
             taken = (self.scheduler.refuse_queued(self._clock(), call_size)
                      if kind == "deadline_infeasible" else self.engine.drain())
+        if kind == "deadline_infeasible":
+            message = f"{message}; {retry_hint(backlog_ms)}"
         self.refuse(taken, kind, message)
         return len(taken)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -251,6 +252,8 @@ def test_infeasible_deadline_is_refused_at_once(server):
         with pytest.raises(InferenceServerException, match="deadline infeasible") as err:
             client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 1.0))
         assert "UNAVAILABLE" in str(err.value.status())
+        # The documented hint (docs/reliability.md, what a client sees for each refusal).
+        assert re.search(r"; retry after \d+ ms", str(err.value)), str(err.value)
         ok = client.infer("emulated_explicit", _inputs(grpcclient, _ids(8), np.int64, 60000.0))
         assert ok.as_numpy("EMBEDDING").shape == (1, 384)
     finally:

@@ -51,3 +51,32 @@ def test_the_engine_counts_what_the_threaded_driver_submitted(adapter, pb_utils)
     for req in requests:
         sent(pb_utils, req)
     assert model.runner.arrivals == len(requests)
+
+
+def test_a_queue_full_refusal_says_when_to_come_back(adapter, pb_utils):
+    """The plugin's queue bound (scheduler.max_queue_size 2) with the device held: the
+    request past it is refused UNAVAILABLE, naming the bound and a retry-after hint in ms
+    (the device time the queue still needs by the estimate)."""
+    import re  # noqa: PLC0415
+
+    model = adapter.model("release", gated=True, **{"scheduler.max_queue_size": "2"})
+    fake = pb_utils.FakeRequest
+    adapter.gate.close()
+    running = fake([51, 52], sla_ms=SLA_MS)
+    model.execute([running])
+    eventually(lambda: adapter.gate.held() == 1, what="the first batch held at the door")
+    queued = [fake([53 + k], sla_ms=SLA_MS) for k in range(2)]
+    for req in queued:
+        model.execute([req])
+    eventually(lambda: model.scheduler.queue_depth == 2, what="two requests queued")
+    late = fake([60], sla_ms=SLA_MS)
+    model.execute([late])
+
+    refusal = sent(pb_utils, late)
+    adapter.gate.open()
+    assert pb_utils.error_code(refusal) == pb_utils.TritonError.UNAVAILABLE
+    message = refusal.error().message()
+    assert "queue full" in message and "max_queue_size=2" in message
+    assert int(re.search(r"retry after (\d+) ms", message).group(1)) >= 1
+    for req in [running, *queued]:
+        assert_embedding(pb_utils, req, sent(pb_utils, req))
