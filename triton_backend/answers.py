@@ -18,6 +18,7 @@ into an error response.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -25,6 +26,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# Answering is check-and-set: the watchdog answers a hung batch's requests from its own
+# thread while the batch's thread may still answer them when the executor returns.
+_ANSWER_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ ENDINGS = {
     "cancelled": Ending("CANCELLED", event="cancelled_requests_total"),
     "unloaded": Ending("UNAVAILABLE"),
     "step_failed": Ending("INTERNAL"),  # loop_errors_total counts the step
+    "batch_hung": Ending("INTERNAL"),  # hung_batches_total counts the batch
     "batch_failed": Ending("INTERNAL"),  # batch_failures_total counts the batch
 }
 
@@ -81,10 +86,25 @@ class Ticket:
     def answer(self, response) -> bool:
         """Give this request its answer: a response, or a function that builds one (built
         where it is sent). False, and nothing done, if it was answered already."""
-        if self.answered:
-            return False
-        self.answered = True
-        self.outbox.deliver(self, response)
+        with _ANSWER_LOCK:
+            if self.answered:
+                return False
+            self.answered = True
+            self.outbox.deliver(self, response)
+        return True
+
+    def answer_now(self, response) -> bool:
+        """``answer``, sent at once even where the outbox would keep it for the call's
+        return (``CallList.send_now``); one atomic step, so the call's return cannot take
+        the same answer too."""
+        with _ANSWER_LOCK:
+            if self.answered:
+                return False
+            self.answered = True
+            self.outbox.deliver(self, response)
+            send_now = getattr(self.outbox, "send_now", None)
+            if send_now is not None:
+                send_now(self.slot)
         return True
 
 
@@ -116,7 +136,9 @@ class CallList:
 
     def returned(self) -> list:
         """The call's returned list: every answer built, ``None`` for those sent early."""
-        return [None if r is _SENT else built(r) for r in self.responses]
+        with _ANSWER_LOCK:
+            responses = list(self.responses)
+        return [None if r is _SENT else built(r) for r in responses]
 
 
 class Answers:
@@ -125,6 +147,17 @@ class Answers:
 
     def __init__(self, metrics):
         self.metrics = metrics
+
+    def fail_now(self, tickets: Sequence[Ticket], kind: str, message: str) -> int:
+        """``refuse`` the ``tickets`` still unanswered, each answer sent at once where it
+        would otherwise wait for its call's return (a call that cannot return: the
+        watchdog's hung batch). Returns how many it answered."""
+        ending = ENDINGS[kind]
+        code = getattr(pb_utils.TritonError, ending.code)
+        answered = sum(ticket.answer_now(error(message, code)) for ticket in tickets)
+        if answered and ending.refusal_label is not None:
+            self.metrics.on_rejected(ending.refusal_label, answered)
+        return answered
 
     def refuse(self, tickets: Sequence[Ticket], kind: str, message: str) -> None:
         """Answer each of ``tickets`` with the error of ``kind`` (a key of ``ENDINGS``)

@@ -133,9 +133,13 @@ class ExplicitModel:
         self.runner = Runner(
             self.model_name, Engine(self.scheduler), self._cond, Answers(self.metrics),
             self.metrics, self.executor, self.contract,
-            Perception(self._sidecar, self._sidecar_max_age_s), settings.loop_fault_token)
+            Perception(self._sidecar, self._sidecar_max_age_s), settings.loop_fault_token,
+            batch_timeout_floor_s=settings.batch_timeout_floor_ms / 1000.0)
         self._metrics_stop = threading.Event()
-        self._metrics_thread = None
+        # Every intake: the watchdog; intake hold: perception and the metrics' publishing.
+        self._metrics_thread = threading.Thread(target=self._metrics_loop, daemon=True,
+                                                name="explicit-metrics")
+        self._metrics_thread.start()
         self._waker = None
         default_sla_ms = self.profile.scheduler.default_sla_ms
         if self.intake.threaded:  # a scheduler thread decides; responder threads answer
@@ -145,9 +149,6 @@ class ExplicitModel:
                           self._add_respond_cpu),
                 default_sla_ms, self._control_period_s, self._profilers.get("loop"))
         else:  # execute() decides, runs and answers: no scheduler thread, no responders
-            self._metrics_thread = threading.Thread(target=self._metrics_loop, daemon=True,
-                                                    name="explicit-metrics")
-            self._metrics_thread.start()
             self._start_waker()
             self.driver = HoldDriver(
                 self.runner, self.intake, default_sla_ms,
@@ -219,13 +220,16 @@ class ExplicitModel:
             self._thread_cpu_s["respond"] += seconds
 
     def _metrics_loop(self) -> None:
-        """intake hold: perception is applied here every control period, and the control
-        metrics are published here (once per METRICS_PUBLISH_PERIOD_S), not from
-        execute(): a flush is tens of messages to the server, time the call's requests
-        would wait for. Touches no request."""
+        """Every control period: the watchdog (``Runner.check_hung``: a hung batch's
+        requests answered INTERNAL); with intake hold also perception and the control
+        metrics (once per METRICS_PUBLISH_PERIOD_S), not from execute(): a flush is tens of
+        messages to the server, time the call's requests would wait for."""
         while not self._metrics_stop.wait(self._control_period_s):
             try:
                 now = time.monotonic()
+                self.runner.check_hung(now)
+                if self.intake.threaded:  # the scheduler thread perceives and publishes
+                    continue
                 with self._cond:
                     health = self.runner.perceive(now)
                 self.runner.flush_metrics_if_due(now, health)

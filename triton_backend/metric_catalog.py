@@ -49,6 +49,8 @@ COUNTERS = {
     "compensation_batches_total": "Compensation batches sent after P99 breaches",
     "batch_failures_total": "Batches whose inference failed (their requests got INTERNAL)",
     "loop_errors_total": "Unexpected exceptions in the scheduler loop (it was restarted)",
+    "hung_batches_total": "Batches that ran past the watchdog's bound (their requests got "
+                          "INTERNAL while the executor had not returned)",
     "cancelled_requests_total": "Requests the client cancelled, answered without computing",
     "wake_requests_total": "Wake requests intake hold sent into its own model to end a "
                            "stall of Triton's batcher (Triton counts them as requests)",

@@ -51,6 +51,7 @@ BOUNDS: dict[str, tuple[int | None, int | None]] = {
     "loop_fault_token": (0, None),
     "benchmark_mode_restore_max_queue_size": (0, None),
     "max_sequence_length": (1, 1_000_000),
+    "batch_timeout_floor_ms": (1, 3_600_000),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "executor": EXECUTORS,
@@ -83,6 +84,9 @@ class ModelSettings:
     sequence_input: str = ""  # tensor contract: the variable-length input ("" = INPUT_IDS)
     pad_value: float = 0.0
     max_sequence_length: int = 512
+    # The watchdog (runner.Runner.check_hung): a batch running longer than this, or than
+    # BATCH_TIMEOUT_FACTOR x its estimate if that is longer, fails its requests INTERNAL.
+    batch_timeout_floor_ms: int = 5000
     # Test hooks, off (0) unless configured: a request holding this token id fails the
     # emulated device / the scheduler step (proves failures strand nothing).
     fault_injection_token: int = 0

@@ -13,7 +13,10 @@ Invariants:
   and counted (``step_failed``), and never stops the driver;
 * a batch is bracketed exactly once: ``finished(ok=False)`` when it never ended normally;
 * the engine is only touched with ``cond`` held (the threaded intakes' arrivals and the
-  hold model's metrics thread run beside the step).
+  hold model's metrics thread run beside the step);
+* a batch on the executor past its bound (``check_hung``, the watchdog, called from the
+  model's metrics thread) has its requests answered INTERNAL at once; when the executor
+  returns, its results find them answered and are dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 
 STATS_LOG_PERIOD_S = 5.0
+# The watchdog's bound on a batch: this many times its estimate, and at least the floor
+# (parameter batch_timeout_floor_ms): an estimate is never exact, a hang is far past it.
+BATCH_TIMEOUT_FACTOR = 10.0
+
+
+class _Running:
+    """The batch on the executor now, as the watchdog reads it."""
+
+    __slots__ = ("batch", "started_s", "bound_s", "estimated_ms", "hung")
+
+    def __init__(self, batch, started_s: float, bound_s: float, estimated_ms: float):
+        self.batch, self.started_s, self.bound_s = batch, started_s, bound_s
+        self.estimated_ms, self.hung = estimated_ms, False
 
 
 class Perception:
@@ -77,7 +93,8 @@ class Runner:
     def __init__(self, model_name: str, engine: Engine, cond: threading.Condition,
                  answers: Answers, metrics: ControlMetrics, executor, contract,
                  perception: Perception, loop_fault_token: int = 0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 batch_timeout_floor_s: float = 5.0):
         self.model_name = model_name
         self.engine = engine
         self.scheduler = engine.policy  # the explicit-control Scheduler
@@ -98,6 +115,9 @@ class Runner:
         self._last_stats_log = 0.0
         self._last_flush = 0.0
         self._flush_lock = threading.Lock()  # one metrics flush at a time
+        self.batch_timeout_floor_s = batch_timeout_floor_s
+        self._running: _Running | None = None  # the batch on the executor (the watchdog's)
+        self.hung_batches = 0
 
     # -- arrivals ---------------------------------------------------------------------
     def submit_locked(self, queued: list[QueuedRequest], now: float
@@ -185,7 +205,7 @@ class Runner:
             if self._loop_fault_token and any(
                     self._loop_fault_token in r.handle.input_ids for r in batch):
                 raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
-            self._run_batch(batch, started, step.former)
+            self._run_batch(batch, started, step.former, step.estimated_ms)
             finished = True
         except Exception:  # its members are answered below (INTERNAL); the driver goes on
             self.step_failed()
@@ -241,19 +261,31 @@ class Runner:
         return kept
 
     # -- running a batch --------------------------------------------------------------
-    def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str) -> None:
+    def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str,
+                   estimated_ms: float = 0.0) -> None:
         if not batch:  # every member was cancelled
             self._finished(batch, started, ok=False)
             return
         succeeded = False
+        running = self._running = _Running(
+            tuple(batch), started,
+            max(self.batch_timeout_floor_s, BATCH_TIMEOUT_FACTOR * estimated_ms / 1000.0),
+            estimated_ms)
         try:
             builders = self._run_executor(batch)
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
             self.refuse(batch, "batch_failed", f"inference failed: {exc}")
+        finally:
+            self._running = None
         self.metrics.on_batch([r.seq_len for r in batch], former)
-        if succeeded:
+        if running.hung:  # the watchdog answered its requests; the late results are dropped
+            pb_utils.Logger.log_warn(
+                f"{self.model_name}: the batch the watchdog failed returned after "
+                f"{self._clock() - started:.1f} s; serving again")
+            succeeded = False
+        elif succeeded:
             for r, build in zip(batch, builders):
                 r.handle.answer(build)
             done = self._clock()  # handed to the responder, or returned with the call
@@ -262,6 +294,30 @@ class Runner:
         else:
             self.metrics.on_event("batch_failures_total")
         self._finished(batch, started, succeeded)
+
+    def check_hung(self, now: float) -> int:
+        """The watchdog: a batch on the executor past its bound has its unanswered
+        requests answered INTERNAL, sent at once (its call cannot return them), and counts
+        once in hung_batches_total. New work waits in Triton's queue until the executor
+        returns (the liveness probe, server_ops/probe.py, restarts a pod whose never does).
+        Returns how many requests it answered."""
+        running = self._running
+        if running is None or running.hung or now - running.started_s < running.bound_s:
+            return 0
+        running.hung = True
+        self.hung_batches += 1
+        self.metrics.on_event("hung_batches_total")
+        bound_ms = running.bound_s * 1000.0
+        pb_utils.Logger.log_error(
+            f"{self.model_name}: a batch of {len(running.batch)} has run "
+            f"{(now - running.started_s) * 1000.0:.0f} ms, past the watchdog's bound of "
+            f"{bound_ms:.0f} ms (estimate {running.estimated_ms:.1f} ms): its requests are "
+            "answered INTERNAL; the model serves again once the executor returns")
+        return self.answers.fail_now(
+            [r.handle for r in running.batch], "batch_hung",
+            f"batch ran past the watchdog's bound of {bound_ms:.0f} ms (its estimate "
+            f"{running.estimated_ms:.1f} ms x {BATCH_TIMEOUT_FACTOR:g}, at least "
+            "batch_timeout_floor_ms): the executor has not returned")
 
     def _finished(self, batch: Sequence[QueuedRequest], started: float, ok: bool) -> None:
         with self.cond:

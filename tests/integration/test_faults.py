@@ -286,3 +286,29 @@ def test_reload_model_loads_a_fresh_model_that_serves(fault_server):
         assert client.infer(MODEL, _inputs(_ids())).as_numpy("EMBEDDING").shape == (1, 384)
     finally:
         client.close()
+
+
+def test_a_hung_batch_is_answered_internal_and_the_model_serves_again(fault_server):
+    """The device held past the watchdog's bound (the shipped floor, 5 s, or 10x the batch's
+    estimate): its requests are answered INTERNAL naming the watchdog while the executor
+    still has not returned, hung_batches_total counts it once, and once the device lets go
+    the model serves again (docs/reliability.md)."""
+    gate = fault_server.gate
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    results = Collector()
+    try:
+        hung = _metric(fault_server, "explicit_batching_hung_batches_total")
+        held = gate.held()
+        with gate.closed():
+            client.async_infer(MODEL, _inputs(_ids()), results.callback(0))
+            gate.wait_held(held + 1)
+            results.wait(1, timeout=60)  # answered while the device is still held
+        for [(_, error)] in results.calls.values():
+            assert error is not None and "watchdog" in str(error), error
+            assert "INTERNAL" in str(error.status())
+        _await_metric(fault_server, "explicit_batching_hung_batches_total", hung + 1)
+        ok = client.infer(MODEL, _inputs(_ids()))
+        assert ok.as_numpy("EMBEDDING").shape == (1, 384)
+    finally:
+        gate.open()
+        client.close()

@@ -311,3 +311,37 @@ def test_a_request_whose_decode_raises_fails_alone_and_its_call_is_served(adapte
             assert "RuntimeError" in response.error().message()
         else:
             assert not response.has_error(), response
+
+
+def test_a_hung_batch_is_answered_internal_by_the_watchdog_once(adapter, pb_utils):
+    """The device held past the watchdog's bound (batch_timeout_floor_ms 50): the call's
+    requests are answered INTERNAL through their senders while execute() is still inside
+    the executor, hung_batches_total counts it, and when the device lets go the call
+    returns no second answer for them."""
+    import threading  # noqa: PLC0415
+
+    from tests.eventually import eventually  # noqa: PLC0415
+
+    model = adapter.model("hold", gated=True, batch_timeout_floor_ms="50")
+    requests = [pb_utils.FakeRequest([200 + k, 7], sla_ms=SLA_MS) for k in range(3)]
+    adapter.gate.close()
+    returned = []
+    call = threading.Thread(target=lambda: returned.append(model.execute(requests)),
+                            daemon=True)
+    call.start()
+    eventually(lambda: adapter.gate.held() == 1, what="the batch held at the device's door")
+
+    eventually(lambda: all(len(r.sender.sends) == 1 for r in requests),
+               what="the watchdog answered the held batch's requests")
+    for req in requests:
+        (response, _), = req.sender.sends
+        assert pb_utils.error_code(response) == pb_utils.TritonError.INTERNAL
+        assert "watchdog" in response.error().message()
+    adapter.gate.open()
+    call.join(timeout=30)
+    assert not call.is_alive()
+    for i, req in enumerate(requests):
+        the_answer(pb_utils, req, returned[0], i)  # exactly one: the early one
+    assert model.runner.hung_batches == 1
+    eventually(lambda: pb_utils.metric_value("explicit_batching_hung_batches_total") == 1,
+               what="hung_batches_total counts the batch once")
