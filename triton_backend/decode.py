@@ -47,12 +47,14 @@ class DecodedCall:
 
 def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival_s: float,
                 now_s: float, default_sla_ms: float, ids: itertools.count,
-                is_wake: Callable | None = None) -> DecodedCall:
+                is_wake: Callable | None = None, fault_token: int = 0) -> DecodedCall:
     """Decode a call's ``requests`` (``tickets[i]`` is request i's, its outbox chosen by the
     driver), all arrived at ``arrival_s``. A request's deadline is its SLA (the profile's
     ``default_sla_ms`` if it gives none), or its client ``timeout`` if that is shorter
     (``request_decoding.decode_sla``); one whose timeout already passed at ``now_s``
-    ends now. The call is decoded at once (``decode_all``: one token-range check)."""
+    ends now. The call is decoded at once (``decode_all``: one token-range check).
+    ``fault_token`` (a test hook, 0 = off): decoding a request holding this token id
+    raises, as a bug or a broken input would."""
     call = DecodedCall()
     slots = []  # the requests to decode: all but the waker's
     for i, request in enumerate(requests):
@@ -63,9 +65,10 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
             slots.append(i)
     waited_s = now_s - arrival_s
     try:
-        decoded_all = decode_all([requests[i] for i in slots], contract)
+        decoded_all = [_injected(d, fault_token)
+                       for d in decode_all([requests[i] for i in slots], contract)]
     except Exception:  # one request broke the call's decode: each alone, so it fails alone
-        decoded_all = [_decode_alone(requests[i], contract) for i in slots]
+        decoded_all = [_decode_alone(requests[i], contract, fault_token) for i in slots]
     for i, decoded in zip(slots, decoded_all):
         ticket = tickets[i]
         if isinstance(decoded, RequestError):
@@ -93,11 +96,19 @@ class DecodeFailure(Exception):
     request's content."""
 
 
-def _decode_alone(request, contract):
+def _injected(decoded, fault_token: int):
+    """``decoded``, unless the test hook ``fault_token`` is in it: then decoding raises."""
+    if (fault_token and not isinstance(decoded, RequestError)
+            and fault_token in decoded.input_ids):
+        raise RuntimeError(f"injected decode fault (decode_fault_token {fault_token})")
+    return decoded
+
+
+def _decode_alone(request, contract, fault_token: int = 0):
     """``decode`` of one request: the decoded request, its ``RequestError``, or a
     ``DecodeFailure`` naming what else it raised."""
     try:
-        return decode(request, contract)
+        return _injected(decode(request, contract), fault_token)
     except RequestError as exc:
         return exc
     except Exception as exc:

@@ -147,13 +147,14 @@ class ExplicitModel:
                 self.runner, self.intake,
                 Responder(settings.responder_threads, self._profilers.get("respond"),
                           self._add_respond_cpu),
-                default_sla_ms, self._control_period_s, self._profilers.get("loop"))
+                default_sla_ms, self._control_period_s, self._profilers.get("loop"),
+                decode_fault_token=settings.decode_fault_token)
         else:  # execute() decides, runs and answers: no scheduler thread, no responders
             self._start_waker()
             self.driver = HoldDriver(
                 self.runner, self.intake, default_sla_ms,
                 Timeline(self.model_name, os.environ.get(TIMELINE_ENV) or None),
-                waker=self._waker)
+                waker=self._waker, decode_fault_token=settings.decode_fault_token)
         pb_utils.Logger.log_info(
             f"{self.model_name}: explicit batching on profile '{self.profile.name}' "
             f"(chosen by {why}; {self.profile.source}); executor={type(self.executor).__name__}"

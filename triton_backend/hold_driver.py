@@ -56,12 +56,13 @@ class HoldDriver:
 
     def __init__(self, runner: Runner, intake: HoldIntake, default_sla_ms: float,
                  timeline: Timeline, waker=None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, decode_fault_token: int = 0):
         self.runner = runner
         self.waker = waker  # waker.Waker, told of every call (None: no wake requests)
         self.intake = intake
         self._default_sla_ms = default_sla_ms
         self._is_wake = is_wake_request if waker is not None else None
+        self._decode_fault_token = decode_fault_token  # a test hook, 0 = off
         self._clock = clock
         self.timeline = timeline
         self._ids = itertools.count(1)
@@ -84,7 +85,8 @@ class HoldDriver:
         tickets = [Ticket(r, answers, slot=i, earliest_s=earliest)
                    for i, r in enumerate(requests)]
         call = decode_call(requests, runner.contract, tickets, arrival, self._clock(),
-                           self._default_sla_ms, self._ids, self._is_wake)
+                           self._default_sla_ms, self._ids, self._is_wake,
+                           self._decode_fault_token)
         record.decoded_s = self._clock()
         runner.answers.refuse_each(call.invalid, "invalid_input")
         runner.answers.refuse_each(call.failed, "decode_failed")

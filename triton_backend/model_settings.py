@@ -49,6 +49,7 @@ BOUNDS: dict[str, tuple[int | None, int | None]] = {
     "wake_after_us": (0, 10_000_000),
     "fault_injection_token": (0, None),
     "loop_fault_token": (0, None),
+    "decode_fault_token": (0, None),
     "benchmark_mode_restore_max_queue_size": (0, None),
     "max_sequence_length": (1, 1_000_000),
     "batch_timeout_floor_ms": (1, 3_600_000),
@@ -91,6 +92,7 @@ class ModelSettings:
     # emulated device / the scheduler step (proves failures strand nothing).
     fault_injection_token: int = 0
     loop_fault_token: int = 0
+    decode_fault_token: int = 0  # ... decoding a request holding it raises (decode.py)
     # Test hook, off ("") unless configured: while this file exists the emulated device
     # holds each batch at its door (executors.DeviceGate), so a test can make "queued" a
     # fact instead of a guess.

@@ -36,13 +36,14 @@ class ThreadedDriver:
     """Drives a model whose intake is threaded (``intake.Intake``: release or gather)."""
 
     def __init__(self, runner: Runner, intake, responder: Responder, default_sla_ms: float,
-                 control_period_s: float, profiler=None):
+                 control_period_s: float, profiler=None, decode_fault_token: int = 0):
         self.runner = runner
         self.intake = intake
         self.responder = responder
         self._default_sla_ms = default_sla_ms
         self._control_period_s = control_period_s
         self._profiler = profiler  # cProfile of the scheduler thread, or None
+        self._decode_fault_token = decode_fault_token  # a test hook, 0 = off
         self._ids = itertools.count()
         self._last_cancel_sweep = 0.0
         self.cpu_s = 0.0  # the scheduler thread's CPU seconds, once it ended
@@ -59,7 +60,8 @@ class ThreadedDriver:
         arrival = self.intake.call_arrival(now, len(requests))
         tickets = [Ticket(r, self.responder, sender=r.get_response_sender()) for r in requests]
         call = decode_call(requests, runner.contract, tickets, arrival, now,
-                           self._default_sla_ms, self._ids)
+                           self._default_sla_ms, self._ids,
+                           fault_token=self._decode_fault_token)
         runner.answers.refuse_each(call.invalid, "invalid_input")
         runner.answers.refuse_each(call.failed, "decode_failed")
         runner.answers.refuse_each(call.expired, "timed_out")

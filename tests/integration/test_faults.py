@@ -10,6 +10,7 @@ fixed time: counts are awaited (``eventually``) and then asserted exactly.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 
@@ -28,8 +29,10 @@ from tests.integration.gates import DeviceGate, TritonCounts, triton_counts, wai
 
 pytestmark = pytest.mark.integration
 MODEL = "faulty_explicit"
+BOUNDED = "bounded_explicit"  # the plugin's queue bound 4, its own device gate
 DEVICE_FAULT = 29998
 LOOP_FAULT = 29997
+DECODE_FAULT = 29996
 RNG = np.random.default_rng(9)
 
 
@@ -60,9 +63,13 @@ def fault_server(tmp_path_factory):
     gate = os.path.join(str(tmp_path_factory.mktemp("faultgate")), f"{MODEL}.gate")
     _model(repo, MODEL, _param("hardware_profile", "t4") + _param("time_scale", 10)
            + _param("fault_injection_token", DEVICE_FAULT) + _param("loop_fault_token", LOOP_FAULT)
+           + _param("decode_fault_token", DECODE_FAULT)
            + _param("device_gate_file", gate))
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "profiles"),
                     os.path.join(repo, MODEL, "profiles"))
+    bounded_gate = os.path.join(os.path.dirname(gate), f"{BOUNDED}.gate")
+    _model(repo, BOUNDED, _param("hardware_profile", "t4") + _param("time_scale", 10)
+           + _param("scheduler.max_queue_size", 4) + _param("device_gate_file", bounded_gate))
     _model(repo, "unknown_profile_explicit", _param("hardware_profile", "v100"))
     bad_dir = os.path.join(repo, "bad_profile_explicit", "profiles")
     _model(repo, "bad_profile_explicit", _param("hardware_profile", "t4"),
@@ -74,8 +81,9 @@ def fault_server(tmp_path_factory):
            profile_dir="../../../etc")
     log = str(tmp_path_factory.mktemp("faultlogs") / "tritonserver.log")
     srv = TritonServer(repo, log_path=log, exit_timeout_s=15, extra_args=(
-        "--model-control-mode=explicit", f"--load-model={MODEL}"))
+        "--model-control-mode=explicit", f"--load-model={MODEL}", f"--load-model={BOUNDED}"))
     srv.gate = DeviceGate(gate)
+    srv.bounded_gate = DeviceGate(bounded_gate)
     with srv:
         yield srv
     srv.log = log
@@ -312,3 +320,53 @@ def test_a_hung_batch_is_answered_internal_and_the_model_serves_again(fault_serv
     finally:
         gate.open()
         client.close()
+
+
+def test_a_request_whose_decode_raises_fails_alone_on_a_real_server(fault_server):
+    """31 valid requests and one whose decode raises (the test hook decode_fault_token),
+    all in flight at once: 31 embeddings, one INTERNAL naming the error's type."""
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    results = Collector()
+    bad = 11
+    try:
+        for i in range(32):
+            token = DECODE_FAULT if i == bad else None
+            client.async_infer(MODEL, _inputs(_ids(token=token)), results.callback(i))
+        results.wait(32)
+    finally:
+        client.close()
+    for i in range(32):
+        [(result, error)] = results.calls[i]
+        if i == bad:
+            assert error is not None and "INTERNAL" in str(error.status()), error
+            assert "RuntimeError" in str(error) and "could not decode" in str(error)
+        else:
+            assert error is None, (i, error)
+            assert result.as_numpy("EMBEDDING").shape == (1, 384)
+
+
+def test_a_queue_full_refusal_carries_its_code_and_hint_on_a_real_server(fault_server):
+    """The plugin's queue bound (scheduler.max_queue_size 4): with the device held by a
+    first request, 40 more queue in Triton (its pending count says so); handed over at
+    once, more than a batch, 4 are queued and 36 refused UNAVAILABLE 'queue full ...;
+    retry after N ms' (docs/reliability.md). Every request has its one answer."""
+    gate = fault_server.bounded_gate
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    results = Collector()
+    try:
+        held = gate.held()
+        with gate.closed():
+            client.async_infer(BOUNDED, _inputs(_ids()), results.callback(0))
+            gate.wait_held(held + 1)
+            for i in range(1, 41):
+                client.async_infer(BOUNDED, _inputs(_ids()), results.callback(i))
+            wait_pending(fault_server.metrics_url, BOUNDED, 40)
+        results.wait(41)
+    finally:
+        gate.open()
+        client.close()
+    errors = [error for [(_, error)] in results.calls.values() if error is not None]
+    assert len(errors) == 36 and results.calls[0][0][1] is None
+    for error in errors:
+        assert "UNAVAILABLE" in str(error.status()) and "queue full" in str(error), error
+        assert re.search(r"max_queue_size=4 requests; retry after \d+ ms", str(error)), error
