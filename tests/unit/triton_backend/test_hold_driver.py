@@ -5,6 +5,8 @@ timeline record per call, whose counts add up."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
@@ -182,8 +184,9 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
              for i, r in enumerate(requests)]
     refused = [i for i, c in enumerate(codes) if c == pb_utils.TritonError.UNAVAILABLE]
     assert len(refused) + codes.count(None) == len(requests) and refused
-    assert "overloaded" in the_answer(pb_utils, requests[refused[0]], returned,
-                                      refused[0]).error().message()
+    message = the_answer(pb_utils, requests[refused[0]], returned, refused[0]).error().message()
+    assert "overloaded" in message
+    assert re.search(r"; retry after \d+ ms$", message), message  # docs/reliability.md
 
 
 @pytest.mark.parametrize("late", [0, 3])
