@@ -147,5 +147,6 @@ def test_release_finalize_answers_every_queued_request_once(adapter, pb_utils):
     refused = the_answer(pb_utils, late)
     assert pb_utils.error_code(refused) == pb_utils.TritonError.UNAVAILABLE, refused
     assert "shutting down" in refused.error().message()
+    assert refused.error().message().endswith("; retry on another instance")
     assert sorted(spy.computed) == sorted(r.ids for r in [running, *queued])
     assert not model.driver._thread.is_alive()
