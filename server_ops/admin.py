@@ -8,7 +8,9 @@ makes one and prints it; the supervisor and the operator tools send it from ther
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 
 ADMIN_KEY_ENV = "EXPLICIT_BATCHING_ADMIN_KEY"
 ADMIN_KEY_HEADER = "admin-key"
@@ -21,3 +23,14 @@ def admin_headers(admin_key: str | None = None) -> dict[str, str]:
     ``ADMIN_KEY_ENV``; none where there is neither (an unrestricted server)."""
     key = admin_key if admin_key is not None else os.environ.get(ADMIN_KEY_ENV)
     return {ADMIN_KEY_HEADER: key} if key else {}
+
+
+def loaded_models(http_url: str, admin_key: str | None = None) -> list[str]:
+    """Names of the models the server reports READY (its repository index, a
+    model-repository call: it carries the key where the server has one)."""
+    req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}",
+                                 method="POST", headers={"Content-Type": "application/json",
+                                                         **admin_headers(admin_key)})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        index = json.loads(resp.read())
+    return sorted(m["name"] for m in index if m.get("state") == "READY")

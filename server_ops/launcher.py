@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
-from server_ops.admin import ADMIN_KEY_ENV, ADMIN_KEY_HEADER
+from server_ops.admin import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, loaded_models
 from server_ops.ports import PortInUse, free_ports, port_in_use
 from server_ops.supervisor import StubSupervisor
 
@@ -327,16 +327,6 @@ class TritonServer:
 def _ports_text(ports: tuple[int, int, int]) -> str:
     http, grpc, metrics = ports
     return f"HTTP {http}, gRPC {grpc}, metrics {metrics}"
-
-
-def loaded_models(http_url: str, admin_key: str | None = None) -> list[str]:
-    """Names of the models the server reports READY (its repository index)."""
-    req = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}",
-                                 method="POST", headers={"Content-Type": "application/json",
-                                                         **({ADMIN_KEY_HEADER: admin_key} if admin_key else {})})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        index = json.loads(resp.read())
-    return sorted(m["name"] for m in index if m.get("state") == "READY")
 
 
 def _interrupt(signum, frame):

@@ -35,7 +35,7 @@ def server(tmp_path):
 
 
 def test_a_restart_brings_back_every_model_as_the_run_had_it(server):
-    from server_ops.launcher import loaded_models
+    from server_ops.admin import loaded_models
 
     bench = Bench(server, STARTED)
     bench.configure("bench_a", {"time_scale": "3"})
