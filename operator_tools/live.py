@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from scheduler_core.contract import ZONE_NAMES
 from scheduler_core.stats import percentile
-from server_ops.admin import admin_headers
+from server_ops.admin import admin_headers, env_admin_key
 from sidecar.triton_metrics import MetricsParseError, read_samples
 from triton_backend.metric_catalog import PREFIX
 
@@ -309,7 +309,7 @@ class ModelControl:
 
         try:
             self._client.load_model(self.model, config=json.dumps(config),
-                                    headers=admin_headers() or None)
+                                    headers=admin_headers(env_admin_key()) or None)
         except InferenceServerException as exc:
             raise LoadRefused(str(exc).strip().splitlines()[0] if str(exc).strip() else
                               repr(exc)) from None

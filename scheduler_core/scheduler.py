@@ -91,17 +91,20 @@ class Scheduler(AsHandedRule):
     def _estimates(self, n: int) -> tuple[float, float]:
         """A request of ``n`` tokens, its uncorrected estimates as its ``Entry`` keeps
         them: run alone, and in an efficient batch of its length."""
-        k = max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
+        k = self._efficient_batch(n)
         base = self.estimator.base_parts_ms
         return base(1, n, n, n * n), base(k, n, k * n, k * n * n)
 
     def backlog_ms(self) -> float:
         """The device time the queue needs by the estimate (ms): each request's share of an
         efficient batch of its length, corrected. A refused client's retry-after hint."""
-        cfg, correction = self.cfg, self.estimator.correction
-        return correction * sum(
-            e.efficient_ms / max(1, min(self._efficient_size, cfg.max_batch_tokens // e.seq_len))
-            for e in self._queue)
+        return self.estimator.correction * sum(
+            e.efficient_ms / self._efficient_batch(e.seq_len) for e in self._queue)
+
+    def _efficient_batch(self, n: int) -> int:
+        """How many requests of ``n`` tokens make an efficient batch (``Entry.efficient_ms``
+        is that batch's cost)."""
+        return max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
 
     def queue_full_message(self) -> str:
         return f"queue holds max_queue_size={self.cfg.max_queue_size} requests"

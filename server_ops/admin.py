@@ -18,11 +18,15 @@ ADMIN_KEY_HEADER = "admin-key"
 GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
 
 
-def admin_headers(admin_key: str | None = None) -> dict[str, str]:
-    """The header a model-repository call carries: ``admin_key``, else the one in
-    ``ADMIN_KEY_ENV``; none where there is neither (an unrestricted server)."""
-    key = admin_key if admin_key is not None else os.environ.get(ADMIN_KEY_ENV)
-    return {ADMIN_KEY_HEADER: key} if key else {}
+def admin_headers(admin_key: str | None) -> dict[str, str]:
+    """The header a model-repository call carries: ``admin_key``; none without one (an
+    unrestricted server)."""
+    return {ADMIN_KEY_HEADER: admin_key} if admin_key else {}
+
+
+def env_admin_key() -> str | None:
+    """The key in ``ADMIN_KEY_ENV`` (the operator tools' reloads send it), or None."""
+    return os.environ.get(ADMIN_KEY_ENV) or None
 
 
 def loaded_models(http_url: str, admin_key: str | None = None) -> list[str]:

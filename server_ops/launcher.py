@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 
-from server_ops.admin import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, loaded_models
+from server_ops.admin import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, admin_headers, loaded_models
 from server_ops.ports import PortInUse, free_ports, port_in_use
 from server_ops.supervisor import StubSupervisor
 
@@ -284,7 +284,7 @@ class TritonServer:
         req = urllib.request.Request(
             f"http://{self.http_url}/v2/repository/{path}", data=json.dumps(body).encode(),
             method="POST", headers={"Content-Type": "application/json",
-                                    **({ADMIN_KEY_HEADER: self.admin_key} if self.admin_key else {})})
+                                    **admin_headers(self.admin_key)})
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 resp.read()

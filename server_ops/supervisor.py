@@ -26,7 +26,7 @@ import time
 import urllib.request
 from typing import Callable, Iterable
 
-from server_ops.admin import ADMIN_KEY_HEADER
+from server_ops.admin import admin_headers
 
 STUB_BINARY = b"triton_python_backend_stub"
 # A failed reload is tried again after this long, doubling each time up to the cap: a
@@ -93,8 +93,8 @@ class StubSupervisor:
         # model -> (when to try the reload again, the backoff, its try, the stubs lost)
         self._retry: dict[str, tuple[float, float, int, set[int]]] = {}
         self._clock = clock
-        # The restricted model-repository API's header (server_ops.launcher.admin_headers).
-        self._repository_headers = {ADMIN_KEY_HEADER: admin_key} if admin_key else {}
+        # The restricted model-repository API's header (server_ops/admin.py).
+        self._repository_headers = admin_headers(admin_key)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -152,30 +152,32 @@ class Answers:
         """``refuse`` the ``tickets`` still unanswered, each answer sent at once where it
         would otherwise wait for its call's return (a call that cannot return: the
         watchdog's hung batch). Returns how many it answered."""
+        return self.refuse_each([(ticket, message) for ticket in tickets], kind, at_once=True)
+
+    def refuse(self, tickets: Sequence[Ticket], kind: str, message: str) -> int:
+        """Answer each of ``tickets`` with the error of ``kind`` (a key of ``ENDINGS``)
+        and ``message``, counted once for them all."""
+        return self.refuse_each([(ticket, message) for ticket in tickets], kind)
+
+    def refuse_each(self, refused: Sequence[tuple[Ticket, str]], kind: str,
+                    at_once: bool = False) -> int:
+        """``refuse``, each ticket with its own message (its own numbers); ``at_once``:
+        sent now (``Ticket.answer_now``). Counts, and returns, those it answered (a ticket
+        answered already keeps its answer)."""
+        if not refused:
+            return 0
         ending = ENDINGS[kind]
         code = getattr(pb_utils.TritonError, ending.code)
-        answered = sum(ticket.answer_now(error(message, code)) for ticket in tickets)
+        answer = Ticket.answer_now if at_once else Ticket.answer
+        answered = 0
+        for ticket, message in refused:
+            if ending.event is not None:
+                self.metrics.on_event(ending.event)
+            answered += answer(ticket, error(message, code))
         if answered and ending.refusal_label is not None:
             self.metrics.on_rejected(ending.refusal_label, answered)
         return answered
 
-    def refuse(self, tickets: Sequence[Ticket], kind: str, message: str) -> None:
-        """Answer each of ``tickets`` with the error of ``kind`` (a key of ``ENDINGS``)
-        and ``message``, counted once for them all."""
-        self.refuse_each([(ticket, message) for ticket in tickets], kind)
-
-    def refuse_each(self, refused: Sequence[tuple[Ticket, str]], kind: str) -> None:
-        """``refuse``, each ticket with its own message (its own numbers)."""
-        if not refused:
-            return
-        ending = ENDINGS[kind]
-        if ending.refusal_label is not None:
-            self.metrics.on_rejected(ending.refusal_label, len(refused))
-        code = getattr(pb_utils.TritonError, ending.code)
-        for ticket, message in refused:
-            if ending.event is not None:
-                self.metrics.on_event(ending.event)
-            ticket.answer(error(message, code))
 
 def error(message: str, code) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))

@@ -79,12 +79,14 @@ class Perception:
 @dataclass(frozen=True)
 class Ran:
     """What one ``Runner.step`` did: its time, the engine's step, the arrivals counted
-    when it was taken, and when its batch started (None: no batch)."""
+    when it was taken, when its batch started (None: no batch), and the sidecar's health
+    it perceived (for the metric)."""
 
     now_s: float
     step: Step
     arrivals_seen: int
     started_s: float | None
+    sidecar_health: float = SIDECAR_DISABLED
 
 
 class Runner:
@@ -155,7 +157,7 @@ class Runner:
         call has answered its requests, so waiting for arrivals cannot pay)."""
         with self.cond:
             now = self._clock()
-            sample, _ = self.perception.read(now)
+            sample, health = self.perception.read(now)
             step = self.engine.step(now, flush, sample)
             arrivals_seen = self.arrivals
             backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
@@ -168,7 +170,7 @@ class Runner:
             self.refuse([r for r, _ in step.refused if not r.handle.answered], "step_failed",
                         "scheduler loop failed while handling this request")
         started = self._run(step, now) if step.batch else None
-        return Ran(now, step, arrivals_seen, started)
+        return Ran(now, step, arrivals_seen, started, health)
 
     def _refuse_shed(self, refused, backlog_ms: float) -> None:
         """A step's refusals, each with its own numbers (``Refusal.detail``) and when to
@@ -182,14 +184,14 @@ class Runner:
         (``Engine.take_whole``); None: nothing ran, ``submit`` and ``step`` instead."""
         with self.cond:
             now = self._clock()
-            sample, _ = self.perception.read(now)
+            sample, health = self.perception.read(now)
             step = None if self.stopping else self.engine.take_whole(batch, now, sample)
             if step is None:
                 return None
             self.arrivals += len(batch)
         self._log_zone_change(step.decision.zone, step.decision.mode,
                               self.scheduler.formers[step.decision.mode].name, now)
-        return Ran(now, step, self.arrivals, self._run(step, now))
+        return Ran(now, step, self.arrivals, self._run(step, now), health)
 
     def _run(self, step: Step, now: float) -> float:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when

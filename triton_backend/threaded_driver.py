@@ -100,7 +100,7 @@ class ThreadedDriver:
         if ran.started_s is not None:
             with runner.cond:  # the device is free again: gather may let a call go
                 self.intake.batch_finished_locked(ran.started_s)
-        runner.flush_metrics_if_due(now, runner.perception.read(now)[1])
+        runner.flush_metrics_if_due(now, ran.sidecar_health)
         if ran.step.batch:
             return True
         if runner.stopping:
