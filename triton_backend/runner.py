@@ -36,6 +36,7 @@ from scheduler_core.request import QueuedRequest
 from sidecar.sampler import HEALTH_VALUE, usable
 
 from .answers import Answers, embedding_response, outputs_response, retry_hint
+from .bls import call_timeout_s
 from .control_metrics import ControlMetrics
 from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
@@ -274,7 +275,8 @@ class Runner:
             max(self.batch_timeout_floor_s, BATCH_TIMEOUT_FACTOR * estimated_ms / 1000.0),
             estimated_ms)
         try:
-            builders = self._run_executor(batch)
+            builders = self._run_executor(batch, call_timeout_s(
+                max(r.deadline_s for r in batch), started, estimated_ms, running.bound_s))
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
@@ -325,12 +327,12 @@ class Runner:
         with self.cond:
             self.engine.finished(batch, started, self._clock(), ok)
 
-    def _run_executor(self, batch: Sequence[QueuedRequest]) -> list:
+    def _run_executor(self, batch: Sequence[QueuedRequest], timeout_s: float) -> list:
         """Run ``batch``; one response builder per request (built where it is sent)."""
         if self.contract is None:
-            embeddings = self.executor.run([r.handle.input_ids for r in batch])
+            embeddings = self.executor.run([r.handle.input_ids for r in batch], timeout_s)
             return [functools.partial(embedding_response, e) for e in embeddings]
-        outputs = self.executor.run([r.handle.decoded for r in batch])
+        outputs = self.executor.run([r.handle.decoded for r in batch], timeout_s)
         return [functools.partial(outputs_response, o) for o in outputs]
 
     # -- metrics and logs -------------------------------------------------------------

@@ -80,9 +80,9 @@ class ExecutorSpy:
         executor = model.executor
         original = executor.run
 
-        def run(sequences):
+        def run(sequences, timeout_s=0.0):
             self.batches.append([tuple(int(t) for t in s) for s in sequences])
-            return original(sequences)
+            return original(sequences, timeout_s)
 
         executor.run = run  # the runner holds the same executor object
 

@@ -282,6 +282,9 @@ class InferenceRequest:
     def request_id(self) -> str:
         return self._request_id
 
+    def timeout(self) -> int:
+        return self._timeout
+
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         handler = bls_handler
         if handler is None:
