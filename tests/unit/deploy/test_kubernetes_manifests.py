@@ -137,12 +137,15 @@ def test_every_container_has_guaranteed_cpu_and_memory():
                 (container["name"], kind)
 
 
-def test_dev_shm_is_memory_backed_and_tmp_writable():
+def test_dev_shm_is_memory_backed_and_what_triton_writes_is_writable():
+    """The read-only root's writable places: what strace saw Triton and the plugin write
+    (docs/scale-out.md)."""
     volumes = {v["name"]: v for v in _pod()["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in _container()["volumeMounts"]}
     shm = volumes[mounts["/dev/shm"]]["emptyDir"]
     assert shm["medium"] == "Memory" and shm["sizeLimit"]
-    assert "emptyDir" in volumes[mounts["/tmp"]]
+    for path in ("/tmp", "/var/log", "/models"):
+        assert "emptyDir" in volumes[mounts[path]], path
 
 
 def test_the_network_policy_admits_inference_and_the_scrape_only():
