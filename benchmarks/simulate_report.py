@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "`FixedWindow(base_window_ms)`; **adaptive** = `AdaptiveCostBatcher` (BentoML-style "
         "`a*n+b` fit, sheds requests that cannot meet their deadline). All use the "
         "profile's `max_batch_size`; all but native also its `max_batch_tokens` and "
-        "`max_queue_size`.",
+        "`max_queued_requests`.",
         "",
         "Columns: goodput = requests finished within their SLA per second; SLA attainment = "
         "met / all arrivals; P50 / P99 = latency of completed requests per SLA class "

@@ -1,116 +1,105 @@
 """The one profile editor: a hardware profile's YAML with some keys changed, every other
 line (comments included) kept, validated by the loader before it replaces anything.
 ``calibrate`` (thresholds, alpha and beta, cost tables) and ``simulate --write-profile``
-write profiles through it."""
+write profiles through it. Edited as a ruamel.yaml round trip (the YAML library made to
+keep comments, key order, flow and block style), then checked to parse to exactly the
+intended mapping."""
 
 from __future__ import annotations
 
-import json
+import io
 import os
-import re
 import tempfile
 from dataclasses import replace
 from typing import Any, Mapping
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from scheduler_core.profile import HardwareProfile, ProfileError
 from scheduler_core.profile_files import load_profile
 
-_TOP_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*:")
+
+def _round_trip() -> YAML:
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096  # one key, one line: no folding of long strings or tables
+    rt.indent(mapping=2, sequence=4, offset=2)
+    return rt
 
 
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
+def _node(value: Any) -> Any:
+    """``value`` as the node to write: floats rounded (a profile is read by people), lists
+    in flow style (``[1, 16, 2.5]``; a list of lists one flow row per line)."""
     if isinstance(value, float):
-        return repr(round(value, 6))
-    if isinstance(value, str) and not re.fullmatch(r"[\w.+-]+( [\w.+-]+)*", value):
-        return json.dumps(value)  # a YAML double-quoted scalar
-    return str(value)
+        return round(value, 6)
+    if isinstance(value, (list, tuple)):
+        seq = CommentedSeq(_node(v) for v in value)
+        if not any(isinstance(v, (list, tuple, Mapping)) for v in value):
+            seq.fa.set_flow_style()
+        return seq
+    if isinstance(value, Mapping):
+        return CommentedMap((k, _node(v)) for k, v in value.items())
+    return value
 
 
-def _top_key_line(lines: list[str], key: str) -> int | None:
-    return next((i for i, line in enumerate(lines)
-                 if _TOP_KEY.match(line) and _TOP_KEY.match(line).group(1) == key), None)
-
-
-def _block_end(lines: list[str], start: int) -> int:
-    """The line after the block that the top-level key at ``start`` opens."""
-    return next((i for i in range(start + 1, len(lines))
-                 if lines[i].strip() and not lines[i].lstrip().startswith("#")
-                 and not lines[i][0].isspace()), len(lines))
+def _plain(value: Any) -> Any:
+    """``value`` as safe_load reads the written text back (tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return round(value, 6) if isinstance(value, float) else value
 
 
 def edit_profile_text(text: str, changes: Mapping[str, Mapping[str, Any]], name: str | None = None,
                       comment: str | None = None, top_level: Mapping[str, Any] | None = None,
                       header: str | None = None) -> str:
     """``text`` (a profile YAML) with some ``section.key`` values replaced or added and,
-    optionally, a new ``name``, top-level keys replaced whole (``top_level``, flow style:
-    ``device_match: []``) and ``header`` comment lines put first; every other line,
-    comments included, stays as it was. ``comment`` goes on a line of its own above each
-    edited section. The result is checked to parse to exactly the intended mapping."""
-    lines = text.splitlines()
+    optionally, a new ``name``, top-level keys replaced whole (``top_level``: a list is
+    written in flow style, ``device_match: []``) and ``header`` comment lines put first;
+    every other line, comments included, stays as it was. ``comment`` goes on a line of its
+    own above each edited section. The result is checked to parse to exactly the intended
+    mapping."""
+    rt = _round_trip()
+    try:
+        doc = rt.load(text)
+    except Exception as exc:  # ruamel's errors have no common base worth naming
+        raise ProfileError(f"the profile text cannot be read as YAML: {exc}") from None
+    doc = CommentedMap() if doc is None else doc
+    if not isinstance(doc, CommentedMap):
+        raise ProfileError("a profile must be a YAML mapping")
     expected = yaml.safe_load(text) or {}
     for key, value in (top_level or {}).items():
-        flow = json.dumps(value)  # JSON is YAML flow style
-        start = _top_key_line(lines, key)
-        if start is None:
-            lines.append(f"{key}: {flow}")
-        else:
-            lines[start:_block_end(lines, start)] = [f"{key}: {flow}"]
-        expected[key] = value
+        doc[key] = _node(value)
+        expected[key] = _plain(value)
     if name is not None:
-        for i, line in enumerate(lines):
-            if _TOP_KEY.match(line) and _TOP_KEY.match(line).group(1) == "name":
-                lines[i] = f"name: {name}"
-                break
+        if "name" in doc:
+            doc["name"] = name
         else:
-            lines.insert(0, f"name: {name}")
+            doc.insert(0, "name", name)
         expected["name"] = name
     for section, values in changes.items():
-        start = next((i for i, line in enumerate(lines)
-                      if _TOP_KEY.match(line) and _TOP_KEY.match(line).group(1) == section), None)
-        if start is None:
-            if lines and lines[-1].strip():
-                lines.append("")
-            if comment:
-                lines.append(f"# {comment}")
-            lines.append(f"{section}:")
-            lines.extend(f"  {k}: {_format(v)}" for k, v in values.items())
-        else:
-            if lines[start].split(":", 1)[1].split("#", 1)[0].strip():
-                raise ProfileError(f"section '{section}' is written inline; cannot edit it")
-            end = next((i for i in range(start + 1, len(lines))
-                        if lines[i].strip() and not lines[i].lstrip().startswith("#")
-                        and not lines[i][0].isspace()), len(lines))
-            indent = next((re.match(r"\s*", lines[i]).group(0) for i in range(start + 1, end)
-                           if lines[i].strip() and not lines[i].lstrip().startswith("#")), "  ")
-            missing = []
-            for key, value in values.items():
-                pattern = re.compile(rf"^({re.escape(indent)}{re.escape(key)}\s*:\s*)([^#]*?)(\s*#.*)?$")
-                for i in range(start + 1, end):
-                    m = pattern.match(lines[i])
-                    if m:
-                        lines[i] = f"{m.group(1)}{_format(value)}{m.group(3) or ''}"
-                        break
-                else:
-                    missing.append(f"{indent}{key}: {_format(value)}")
-            # New keys go at the end of the section, before any trailing blank lines.
-            insert_at = end
-            while insert_at - 1 > start and not lines[insert_at - 1].strip():
-                insert_at -= 1
-            lines[insert_at:insert_at] = missing
-            if comment:
-                lines.insert(start, f"# {comment}")
-        expected[section] = {**(expected.get(section) or {}), **values}
-    if header:
-        lines[:0] = [f"# {line}" if line else "#" for line in header.splitlines()]
-    out = "\n".join(lines) + "\n"
-    if yaml.safe_load(out) != expected:
+        block = doc.get(section)
+        if block is None:
+            doc[section] = block = CommentedMap()
+        elif not isinstance(block, CommentedMap):
+            raise ProfileError(f"section '{section}' is not a mapping; cannot edit it")
+        for key, value in values.items():
+            block[key] = _node(value)
+        if comment:
+            doc.yaml_set_comment_before_after_key(section, before=comment)
+        expected[section] = {**(expected.get(section) or {}), **_plain(values)}
+    out = io.StringIO()
+    rt.dump(doc, out)
+    # The header goes before everything, the file's own leading comments after it.
+    result = "".join(f"# {line}\n" if line else "#\n"
+                     for line in (header or "").splitlines()) + out.getvalue()
+    if yaml.safe_load(result) != expected:
         raise ProfileError("editing the profile text did not give the intended values "
                            "(unusual YAML layout): edit it by hand")
-    return out
+    return result
 
 
 def write_profile(base_path: str, out_path: str, changes: Mapping[str, Mapping[str, Any]],

@@ -132,7 +132,7 @@ INFEASIBLE = "deadline infeasible"
 
 
 class QueueFull(Exception):
-    """The queue holds ``max_queue_size`` requests already."""
+    """The queue is at its bound already (the plugin's: ``scheduler.max_queued_requests``)."""
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,9 @@ class SchedulerConfig:
 
     max_batch_size: int = 32
     max_batch_tokens: int = 16384  # padded tokens (batch size x longest member)
-    max_queue_size: int = 4096
+    # The plugin's own queue bound (requests it holds; past it "queue full"). Not
+    # Triton's dynamic_batching max_queue_size, which bounds Triton's queue in front.
+    max_queued_requests: int = 4096
     default_sla_ms: float = 200.0
     # Elastic window: adjusted = base * (1 + alpha*(1-util)^2 - beta*delay_variance),
     # clamped to [min_window_ms, max_window_ms].
@@ -226,11 +228,11 @@ class CalibrationConfig:
     its profile's costs, and a model behind BLS is not run before the server is up."""
 
     at_load: bool = True
-    budget_s: float = 1.0  # on a GPU
+    budget_ms: float = 1000.0  # on a GPU
     # The cap on a CPU: 0 = not measured. A CPU batch of 64 x 512 takes seconds, and a
     # table filled from the few cells a short budget measures does worse than the formula
     # (docs/defaults.md).
-    cpu_budget_s: float = 0.0
+    cpu_budget_ms: float = 0.0
     max_sequence_length: int = 512  # the grid's longest length
 
 

@@ -17,7 +17,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "time_scale": (0.01, 1000.0),
     "max_batch_size": (1, 4096),
     "max_batch_tokens": (1, 10_000_000),
-    "max_queue_size": (1, 10_000_000),
+    "max_queued_requests": (1, 10_000_000),
     "default_sla_ms": (0.001, 3_600_000.0),
     "base_window_ms": (0.0, 10_000.0),
     "min_window_ms": (0.0, 10_000.0),
@@ -58,8 +58,8 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "overload_late_share": (0.0, 1.0),
     "overload_exit_late_share": (0.0, 1.0),
     "overload_call_budget_sla_fraction": (0.01, 10.0),
-    "budget_s": (0.0, 600.0),
-    "cpu_budget_s": (0.0, 600.0),
+    "budget_ms": (0.0, 600_000.0),
+    "cpu_budget_ms": (0.0, 600_000.0),
     "max_sequence_length": (1, 1_000_000),
     "reserved_capacity": (0.0, 0.9),
     "emergency_batch_size": (1, 4096),
@@ -67,6 +67,14 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "dilution_gap_ms": (0.0, 10_000.0),
     "max_compensation": (0.0, 100.0),
     "compensation_cooldown_ms": (0.0, 600_000.0),
+}
+# Profile keys that were renamed: the old spelling refuses, naming the new one (in a
+# profile file and as a model-config parameter). Durations are in ms, and the plugin's
+# queue bound is named apart from Triton's ``max_queue_size`` (docs/configuration.md).
+RENAMED_KEYS = {
+    "scheduler.max_queue_size": "scheduler.max_queued_requests",
+    "calibration.budget_s": "calibration.budget_ms",
+    "calibration.cpu_budget_s": "calibration.cpu_budget_ms",
 }
 ENTRY_MODES = ("all", "weighted")
 INFEASIBLE_POLICIES = ("serve_late", "reject")

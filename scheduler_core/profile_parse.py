@@ -15,7 +15,8 @@ from .cost_table import CostTable, CostTableError
 from .profile import (CalibrationConfig, ControlConfig, CostModelConfig, EmulationConfig,
                       HardwareProfile, ProfileError, SchedulerConfig)
 from .profile_limits import (BOUNDS, COST_MODES, ENTRY_MODES, FORMER_NAMES,  # noqa: F401
-                             INFEASIBLE_POLICIES, MAX_TABLE_SOURCE_CHARS, SAFE_ZONE_BATCHING)
+                             INFEASIBLE_POLICIES, MAX_TABLE_SOURCE_CHARS, RENAMED_KEYS,
+                             SAFE_ZONE_BATCHING)
 from .safe_repr import short_repr
 
 MAX_TABLE_CELLS = 1024
@@ -23,6 +24,10 @@ MAX_TABLE_CELLS = 1024
 
 def _bad(source: str, key: str, value: Any, why: str) -> ProfileError:
     return ProfileError(f"profile {source}: key '{key}': {why} (got {short_repr(value)})")
+
+
+def _renamed(source: str, dotted: str, value: Any) -> ProfileError:
+    return _bad(source, dotted, value, f"was renamed to '{RENAMED_KEYS[dotted]}'")
 
 
 def _section(cls, raw: Any, source: str, section: str):
@@ -33,6 +38,8 @@ def _section(cls, raw: Any, source: str, section: str):
         raise _bad(source, section, raw, "must be a mapping")
     known = {f.name: f for f in fields(cls)}
     for key in raw:
+        if f"{section}.{key}" in RENAMED_KEYS:
+            raise _renamed(source, f"{section}.{key}", raw[key])
         if key not in known:
             raise _bad(source, f"{section}.{key}", raw[key],
                        f"unknown key; expected one of {sorted(known)}")
@@ -135,6 +142,8 @@ def parse_override(dotted_key: str, text: str, source: str) -> tuple[str, str, A
     section, _, key = dotted_key.partition(".")
     cls = SECTIONS.get(section)
     known = {f.name: f for f in fields(cls)} if cls else {}
+    if dotted_key in RENAMED_KEYS:
+        raise _renamed(source, dotted_key, text)
     if key not in known:
         every = [f"{name}.{f.name}" for name, c in SECTIONS.items() for f in fields(c)]
         nearest = difflib.get_close_matches(dotted_key, every, n=1, cutoff=0.6)

@@ -80,7 +80,7 @@ class Scheduler(AsHandedRule):
     # -- arrivals ---------------------------------------------------------------------
     def submit(self, request: QueuedRequest, now_s: float) -> None:
         """Queue a request; raises ``QueueFull`` when the queue is at its bound."""
-        if len(self._queue) >= self.cfg.max_queue_size:
+        if len(self._queue) >= self.cfg.max_queued_requests:
             raise QueueFull(self.queue_full_message())
         alone, efficient = self._estimates(request.seq_len)
         logical_arrival = self.controller.on_arrival(now_s, request.sla_ms,
@@ -107,14 +107,14 @@ class Scheduler(AsHandedRule):
         return max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
 
     def queue_full_message(self) -> str:
-        return f"queue holds max_queue_size={self.cfg.max_queue_size} requests"
+        return f"queue holds max_queued_requests={self.cfg.max_queued_requests} requests"
 
     def submit_all(self, requests: Sequence[QueuedRequest], now_s: float
                    ) -> list[QueuedRequest]:
         """Queue a call's requests, all arrived at ``now_s``, as ``submit`` queues each in
         turn, with one arrival count for them all; returns those the queue bound left out
         (the last ones), which the caller refuses as ``submit`` would have raised."""
-        room = max(0, self.cfg.max_queue_size - len(self._queue))
+        room = max(0, self.cfg.max_queued_requests - len(self._queue))
         taken, left = requests[:room], list(requests[room:])
         if not taken:
             return left

@@ -39,8 +39,8 @@ def make_policy(kind: str, profile: HardwareProfile, time_scale: float | None = 
     estimator = CostEstimator(profile.cost_model, profile.emulation.cost_mode, scale)
     if kind == "fixed-window":
         return FixedWindow(s.base_window_ms, s.max_batch_size, s.max_batch_tokens,
-                           s.max_queue_size, estimator)
+                           s.max_queued_requests, estimator)
     if kind == "adaptive":
         return AdaptiveCostBatcher(estimator, s.max_batch_size, s.max_batch_tokens,
-                                   s.max_queue_size)
+                                   s.max_queued_requests)
     raise ValueError(f"unknown policy {kind!r}; expected one of {POLICIES}")

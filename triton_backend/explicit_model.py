@@ -86,7 +86,8 @@ class ExplicitModel:
         self.contract = None  # None: the INPUT_IDS -> EMBEDDING contract
         if inner:
             check_inner_model(args, settings)
-            contract = inner_contract(args, self.config, settings)
+            contract = inner_contract(args, self.config, settings,
+                                      self.profile.scheduler.max_batch_size)
             if is_embedding_contract(contract):
                 self.executor = BLSExecutor(inner)
             else:
@@ -117,7 +118,7 @@ class ExplicitModel:
         # The intake (intake.py): how execute() hands its requests over, a named part.
         self.intake = make_intake(
             choose_intake(self.config, settings, self.model_name), lock, self._cond,
-            grace_s=settings.gather_grace_us / 1e6,
+            grace_s=settings.gather_grace_ms / 1e3,
             default_sla_ms=self.profile.scheduler.default_sla_ms)
         self.metrics = ControlMetrics(self.model_name, self.profile.name, why,
                                       args.get("model_instance_name", ""))
@@ -182,16 +183,16 @@ class ExplicitModel:
 
     def _start_waker(self) -> None:
         """intake hold, where Triton's queue cannot prefetch: wake requests end the
-        batcher's lost-wake-up stalls (waker.Waker; opt-in, see WAKE_AFTER_US)."""
-        wake_after_us = self.settings.wake_after_us
-        if wake_after_us > 0 and (self.intake.threaded or queue_prefetches(self.config)):
+        batcher's lost-wake-up stalls (waker.Waker; opt-in, see WAKE_AFTER_MS)."""
+        wake_after_ms = self.settings.wake_after_ms
+        if wake_after_ms > 0 and (self.intake.threaded or queue_prefetches(self.config)):
             pb_utils.Logger.log_warn(
-                f"{self.model_name}: parameter 'wake_after_us' ignored: it serves intake hold "
+                f"{self.model_name}: parameter 'wake_after_ms' ignored: it serves intake hold "
                 "behind a queue that cannot prefetch (a default_queue_policy or priority levels)")
-            wake_after_us = 0
-        self._wake_inputs = placeholder_inputs(self.config) if wake_after_us > 0 else []
-        self._waker = (Waker(wake_after_us / 1e6, self._send_wake).start()
-                       if wake_after_us > 0 else None)
+            wake_after_ms = 0
+        self._wake_inputs = placeholder_inputs(self.config) if wake_after_ms > 0 else []
+        self._waker = (Waker(wake_after_ms / 1e3, self._send_wake).start()
+                       if wake_after_ms > 0 else None)
 
     # -- arrivals (Triton's thread) ---------------------------------------------------
     def execute(self, requests):

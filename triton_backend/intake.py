@@ -68,12 +68,12 @@ GATHER_PARK_MAX_S = 1.0
 GATHER_PARK_SLA_FRACTION = 0.25
 # When the device frees and a call was parked, the scheduler thread lets it return and
 # may wait at most this long for the next call's requests (those that queued in Triton
-# meanwhile) before deciding; parameter gather_grace_us. Default 0 (decide at once): a
+# meanwhile) before deciding; parameter gather_grace_ms. Default 0 (decide at once): a
 # Python thread woken from a wait needs the GIL back, so a short grace lasts far longer
 # than asked and costs peak rate (docs/defaults.md). Without a grace the next call still
 # arrives soon: an idle scheduler wakes on it, and one that has just dispatched leftovers
 # meets it at the next batch.
-GATHER_GRACE_US = 0
+GATHER_GRACE_MS = 0.0
 # ... but at least this share of the batch that just ended (capped below): where a batch
 # takes long against the host path (a slow device, or the EMULATED device time-scaled),
 # the requests that queued in Triton during it would otherwise miss the next batch and
@@ -224,7 +224,7 @@ class GatherIntake(_Base):
     name = "gather"
 
     def __init__(self, lock, cond: threading.Condition,
-                 grace_s: float = GATHER_GRACE_US / 1e6, default_sla_ms: float = 200.0,
+                 grace_s: float = GATHER_GRACE_MS / 1e3, default_sla_ms: float = 200.0,
                  clock: Callable[[], float] = time.monotonic):
         self._cond = cond
         self._park_cond = threading.Condition(lock)
@@ -334,7 +334,7 @@ INTAKES = tuple(INTAKE_CLASSES)  # ("gather", "release", "hold")
 
 
 def make_intake(name: str, lock, cond: threading.Condition,
-                grace_s: float = GATHER_GRACE_US / 1e6, default_sla_ms: float = 200.0) -> Intake:
+                grace_s: float = GATHER_GRACE_MS / 1e3, default_sla_ms: float = 200.0) -> Intake:
     """The intake named ``name`` over the driver's ``lock`` and ``cond`` (see GatherIntake);
     ValueError naming the known ones otherwise."""
     cls = INTAKE_CLASSES.get(name)

@@ -2,7 +2,7 @@
 
 ``calibrate_at_load(profile, executor, on_gpu)`` times the executor on a grid of batch
 sizes x lengths (``device_calibration.measure_cost_table``) within the profile's budget
-(``calibration.budget_s`` on a GPU, capped at ``calibration.cpu_budget_s`` on a CPU) and
+(``calibration.budget_ms`` on a GPU, capped at ``calibration.cpu_budget_ms`` on a CPU) and
 returns the profile with ``cost_model.table`` set to what was measured. Cells the budget
 left out are filled from the profile's own cost model times the median measured/seed
 ratio, so a partial measurement still corrects the whole table. The scheduler then refits
@@ -83,9 +83,9 @@ def calibrate_at_load(profile: HardwareProfile, executor: Any, on_gpu: bool,
         return profile, None, (f"cost table: not measured ({type(executor).__name__}: only "
                                "an in-process real executor is timed at load); the "
                                "profile's cost model is the seed")
-    budget_s = cal.budget_s if on_gpu else min(cal.budget_s, cal.cpu_budget_s)
+    budget_s = (cal.budget_ms if on_gpu else min(cal.budget_ms, cal.cpu_budget_ms)) / 1000.0
     if budget_s <= 0:
-        key = "budget_s" if on_gpu else "cpu_budget_s"
+        key = "budget_ms" if on_gpu else "cpu_budget_ms"
         return profile, None, (f"cost table: not measured (budget 0: calibration.{key}); the "
                                "profile's cost model is the seed")
     sched = profile.scheduler

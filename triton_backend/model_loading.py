@@ -176,9 +176,11 @@ def make_executor(args: Mapping[str, Any], settings: ModelSettings, where: Place
 
 
 def inner_contract(args: Mapping[str, Any], config: Mapping[str, Any],
-                   settings: ModelSettings) -> Contract:
+                   settings: ModelSettings, max_batch_size: int) -> Contract:
     """This model's tensor contract, checked against the inner model's config.pbtxt (when
-    it is in this repository): a mismatch refuses the load, naming it."""
+    it is in this repository): a mismatch refuses the load, naming it. The inner model
+    must take batches of ``max_batch_size`` (the profile's ``scheduler.max_batch_size``,
+    the largest batch this model sends it)."""
     model, inner = args["model_name"], settings.inner_model
     try:
         contract = Contract.from_model_config(config, _contract_parameters(settings))
@@ -190,12 +192,12 @@ def inner_contract(args: Mapping[str, Any], config: Mapping[str, Any],
         with open(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read(1 << 20)
         try:
-            problems = check_inner_config(contract, inner, text)
+            problems = check_inner_config(contract, inner, text, max_batch_size)
         except ContractError as exc:
             problems = [f"its config.pbtxt cannot be read: {exc}"]
         if problems:
             raise LoadRefused(f"model '{model}': inner_model {inner!r} does not fit this "
-                              "model's tensors: " + "; ".join(problems))
+                              "model: " + "; ".join(problems))
     return contract
 
 

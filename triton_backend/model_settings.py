@@ -5,7 +5,8 @@ the model as strings. ``ModelSettings.from_parameters`` reads them once, in
 ``initialize``: each key must be one this table knows (or a dotted ``section.key``
 profile override, which the profile validates), each value must fit its type, choices and
 bounds, and a refusal names the model, the key, the value and, for an unknown key, the
-nearest known one. A typo therefore refuses the load instead of silently doing nothing.
+nearest known one. A typo therefore refuses the load instead of silently doing nothing;
+so does a renamed key, naming its new name (RENAMED). Durations are in ms, named ``_ms``.
 
 This module imports no ``triton_python_backend_utils``: tests build settings without a
 server, and the adapter turns a ``SettingsError`` into Triton's load error.
@@ -17,8 +18,10 @@ import difflib
 from dataclasses import dataclass, field, fields
 from typing import Mapping
 
-from .intake import GATHER_GRACE_US, INTAKES
-from .waker import WAKE_AFTER_US
+from scheduler_core.profile_limits import RENAMED_KEYS
+
+from .intake import GATHER_GRACE_MS, INTAKES
+from .waker import WAKE_AFTER_MS
 
 # Threads that build and send responses (threaded intakes). Each send is a round trip to
 # the server that blocks its thread, so one thread caps the model's responses a second
@@ -26,7 +29,7 @@ from .waker import WAKE_AFTER_US
 RESPONDER_THREADS = 4
 # At unload, finalize() waits at most this long for the scheduler thread to serve what is
 # queued, and as long for the responders: below Triton's default --exit-timeout-secs of 30
-# (a deployment's grace period must cover it: deploy/kubernetes/deployment.yaml).
+# (a deployment's grace period must cover it: deploy/kubernetes/base/deployment.yaml).
 SHUTDOWN_DRAIN_S = 20.0
 # Before a batch runs (runner.py), only members that waited at least this long are asked
 # whether their client cancelled: each question is a round trip to the server, and a client
@@ -41,12 +44,16 @@ SIDECAR_MODES = ("thread", "off", "file:PATH")
 BACKEND_KEYS = ("EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS")
 # Keys whose value becomes a profile override (validated by the profile).
 PROFILE_ALIASES = {"time_scale": "emulation.time_scale", "cost_mode": "emulation.cost_mode"}
-# (low, high) inclusive bounds of the integer settings; None = unbounded on that side.
-BOUNDS: dict[str, tuple[int | None, int | None]] = {
+# Keys that were renamed (one unit per kind: ms; the plugin's queue bound named apart from
+# Triton's max_queue_size): the old spelling refuses the load, naming the new one.
+RENAMED = {"gather_grace_us": "gather_grace_ms", "wake_after_us": "wake_after_ms",
+           **RENAMED_KEYS}
+# (low, high) inclusive bounds of the numeric settings; None = unbounded on that side.
+BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "intra_op_threads": (0, 1024),
     "responder_threads": (1, 64),
-    "gather_grace_us": (0, 10_000_000),
-    "wake_after_us": (0, 10_000_000),
+    "gather_grace_ms": (0, 10_000),
+    "wake_after_ms": (0, 10_000),
     "fault_injection_token": (0, None),
     "loop_fault_token": (0, None),
     "decode_fault_token": (0, None),
@@ -80,8 +87,8 @@ class ModelSettings:
     metrics_url: str = ""  # Triton's metrics page, for the in-process sidecar
     intra_op_threads: int = 1  # MiniLM's torch threads
     responder_threads: int = RESPONDER_THREADS
-    gather_grace_us: int = GATHER_GRACE_US
-    wake_after_us: int = WAKE_AFTER_US
+    gather_grace_ms: float = GATHER_GRACE_MS
+    wake_after_ms: float = WAKE_AFTER_MS
     sequence_input: str = ""  # tensor contract: the variable-length input ("" = INPUT_IDS)
     pad_value: float = 0.0
     max_sequence_length: int = 512
@@ -117,6 +124,10 @@ class ModelSettings:
         for key, text in params.items():
             if key in BACKEND_KEYS:
                 continue
+            if key in RENAMED:
+                raise SettingsError(f"model '{model}': parameter '{key}' was renamed to "
+                                    f"'{RENAMED[key]}' (value {text!r}; durations are in ms: "
+                                    "docs/configuration.md)")
             if key in PROFILE_ALIASES:
                 if text:
                     overrides[PROFILE_ALIASES[key]] = text

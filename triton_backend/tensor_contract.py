@@ -17,7 +17,6 @@ data type and compatible dims, or the load is refused naming the mismatch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -205,47 +204,43 @@ def split_outputs(outputs: Mapping[str, np.ndarray], count: int
 
 # -- the inner model's config ---------------------------------------------------------------
 
-def _balanced(text: str, start: int, open_: str, close: str) -> int:
-    """Index of the bracket closing the one at ``start``."""
-    depth = 0
-    for j in range(start, len(text)):
-        if text[j] == open_:
-            depth += 1
-        elif text[j] == close:
-            depth -= 1
-            if depth == 0:
-                return j
-    raise ContractError(f"unbalanced {open_!r} in the config")
+@dataclass(frozen=True)
+class InnerConfig:
+    """What the load-time check reads from an inner model's ``config.pbtxt``. An empty
+    ``inputs`` or ``outputs`` (and ``max_batch_size`` 0 with both empty) means the file
+    leaves them to Triton's auto-complete (ONNX, TensorRT, a Python model's
+    ``auto_complete_config``): they are not known on disk and not checked."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+
+    @property
+    def auto_completed(self) -> bool:
+        return not self.inputs and not self.outputs
 
 
-def _blocks(text: str, open_: str, close: str) -> list[str]:
-    """The top-level ``open_ ... close`` blocks of ``text``, their insides."""
-    out, i = [], 0
-    while (i := text.find(open_, i)) != -1:
-        j = _balanced(text, i, open_, close)
-        out.append(text[i + 1:j])
-        i = j + 1
-    return out
+def parse_inner_config(text: str) -> InnerConfig:
+    """An inner model's ``config.pbtxt``, read as Triton reads it: protobuf text format into
+    Triton 2.51's ``ModelConfig`` (any valid form: ``input [ {...}, {...} ]`` or repeated
+    ``input {...}``, fields in any order, comments). Fields newer than 2.51's are skipped.
+    Raises ``ContractError`` on text that is not a model config."""
+    try:
+        from google.protobuf import text_format  # noqa: PLC0415 - only models with BLS
+        from . import model_config_pb2 as mc  # noqa: PLC0415
+    except ImportError as exc:
+        raise ContractError(f"the server's Python lacks protobuf ({exc}): pip install "
+                            "protobuf, or set parameter inner_model_check=off") from None
+    try:
+        model = text_format.Parse(text, mc.ModelConfig(), allow_unknown_field=True)
+    except text_format.ParseError as exc:
+        raise ContractError(str(exc)) from None
 
+    def specs(tensors) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(t.name, mc.DataType.Name(t.data_type), tuple(t.dims),
+                                getattr(t, "optional", False)) for t in tensors)
 
-def parse_config_tensors(text: str) -> tuple[list[TensorSpec], list[TensorSpec], int]:
-    """(inputs, outputs, max_batch_size) of a ``config.pbtxt`` in the common text form
-    (``input [ { name: ... data_type: ... dims: [ ... ] } ]``)."""
-    text = re.sub(r"#[^\n]*", "", text)
-    found: dict[str, list[TensorSpec]] = {"input": [], "output": []}
-    for m in re.finditer(r"(?<![\w.])(input|output)\s*:?\s*\[", text):
-        body = text[m.end():_balanced(text, m.end() - 1, "[", "]")]
-        for tensor in _blocks(body, "{", "}"):
-            name = re.search(r'name\s*:\s*"([^"]+)"', tensor)
-            dtype = re.search(r"data_type\s*:\s*(\w+)", tensor)
-            dims = re.search(r"(?<![\w.])dims\s*:\s*\[([^\]]*)\]", tensor)
-            if name:
-                found[m.group(1)].append(TensorSpec(
-                    name.group(1), dtype.group(1) if dtype else "",
-                    tuple(int(d) for d in re.findall(r"-?\d+", dims.group(1))) if dims else (),
-                    re.search(r"optional\s*:\s*true", tensor) is not None))
-    mbs = re.search(r"max_batch_size\s*:\s*(\d+)", text)
-    return found["input"], found["output"], int(mbs.group(1)) if mbs else 0
+    return InnerConfig(specs(model.input), specs(model.output), model.max_batch_size)
 
 
 def _dims_fit(ours: tuple[int, ...], theirs: tuple[int, ...]) -> bool:
@@ -272,21 +267,29 @@ def _mismatches(kind: str, ours: Sequence[TensorSpec], theirs: Sequence[TensorSp
     return problems
 
 
-def check_inner_config(contract: Contract, inner_name: str, config_text: str) -> list[str]:
+def check_inner_config(contract: Contract, inner_name: str, config_text: str,
+                       max_batch_size: int = 1) -> list[str]:
     """Every mismatch between this contract and the inner model's config (empty: fits).
-    The inner model receives batches: it must batch (max_batch_size > 0) with the sequence
-    as [-1] (or a fixed length) and each pass-through input with our dims."""
-    inputs, outputs, max_batch = parse_config_tensors(config_text)
+    The inner model receives batches of up to ``max_batch_size`` requests (the profile's
+    ``scheduler.max_batch_size``): its own ``max_batch_size`` must hold them, the sequence
+    as [-1] (or a fixed length) and each pass-through input with our dims. What the file
+    leaves to Triton's auto-complete is not checked (``InnerConfig``)."""
+    inner = parse_inner_config(config_text)
     problems = []
-    if max_batch < 1:
-        problems.append(f"inner model '{inner_name}' has max_batch_size {max_batch}: it must "
-                        "accept batches (max_batch_size >= 1)")
+    if inner.max_batch_size < max_batch_size and not (
+            inner.auto_completed and inner.max_batch_size == 0):
+        problems.append(f"inner model '{inner_name}' has max_batch_size "
+                        f"{inner.max_batch_size}, but this model sends it batches of up to "
+                        f"{max_batch_size} (scheduler.max_batch_size): raise its "
+                        "max_batch_size to that, or lower scheduler.max_batch_size")
     ours_in = (contract.sequence, *contract.pass_through)
-    problems += _mismatches("input", ours_in, inputs, inner_name)
+    if inner.inputs:
+        problems += _mismatches("input", ours_in, inner.inputs, inner_name)
     declared = {s.name for s in ours_in}
-    for t in inputs:
+    for t in inner.inputs:
         if not t.optional and t.name not in declared:
             problems.append(f"'{inner_name}' requires input {t.name}, which this model does "
                             "not declare")
-    problems += _mismatches("output", contract.outputs, outputs, inner_name)
+    if inner.outputs:
+        problems += _mismatches("output", contract.outputs, inner.outputs, inner_name)
     return problems

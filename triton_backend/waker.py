@@ -12,11 +12,11 @@ from typing import Callable
 WAKE_REQUEST_ID = "explicit-batching-wake"
 
 # intake hold: a wake request goes into the model when no call has started this long after
-# the last one returned, and again every as long (see Waker); parameter wake_after_us.
+# the last one returned, and again every as long (see Waker); parameter wake_after_ms.
 # OFF by default (0): one make-bench run with it on ended in Triton 2.51's crash under
 # gRPC client cancellations; it stays an opt-in (docs/defaults.md has the measurements).
-WAKE_AFTER_US = 0
-WAKE_AFTER_US_MEASURED = 2000  # the setting docs/defaults.md (and results/bench_hold_wake) measured
+WAKE_AFTER_MS = 0.0
+WAKE_AFTER_MS_MEASURED = 2.0  # the setting docs/defaults.md (and results/bench_hold_wake) measured
 WAKE_IDLE_CALLS = 3  # ... until this many calls in a row held wake requests only
 # Wake requests not yet answered, at most. One sent while the instance is still busy wakes
 # nothing and waits for the next call, so a small cap is used up by those
@@ -45,7 +45,7 @@ class Waker:
     trace: QUEUE_START to COMPUTE_START 0.50 s for 1,501 of 17,660 requests, every one of
     them queued by 2.6 ms after the previous call's end (flat profile, 64 in flight).
 
-    So (opt-in: WAKE_AFTER_US says why) after each call, if no call has started within
+    So (opt-in: WAKE_AFTER_MS says why) after each call, if no call has started within
     ``after_s``, the waker ``send()``s a wake request into the model (on a thread of its
     own: it blocks until answered), and again every ``after_s`` until a call starts. It is an arrival: the batcher wakes and
     hands it over with whatever waited; the driver answers it (empty) and counts nothing

@@ -17,7 +17,7 @@ overload 2x         (``overload``) Poisson arrivals at 0.5x capacity (warm-up, t
                     emulated_explicit. Bounds: lost 0; errors only UNAVAILABLE; refusals
                     before the deadline: p99 of (refusal latency / the request's own SLA)
                     <= 1.0; stub and server RSS bounded; the queue-depth gauge never above
-                    max_queue_size; recovery (per-second p99 of ok latencies back within 1.5x
+                    max_queued_requests; recovery (per-second p99 of ok latencies back within 1.5x
                     of the baseline p99) within 5 s.
 timeout 2x          (``timeout``) the overload 2x case with each request's SLA sent as
                     Triton's own per-request ``timeout`` (no SLA input): every answer,

@@ -277,7 +277,7 @@ class Context:
     server: TritonServer
     repo: str
     capacity_rps: float
-    max_queue_size: int
+    max_queued_requests: int  # the plugin's queue bound (scheduler.max_queued_requests)
     quick: bool
     stubs: dict[str, int | None] = field(default_factory=dict)
     drip: "DripServer | None" = None

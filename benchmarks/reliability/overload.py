@@ -157,10 +157,10 @@ def run_overload(ctx: Context, model: str, name: str, sla_as_timeout: bool = Fal
         if not depths:
             fails.append("queue-depth gauge never scraped")
         else:
-            notes.append(f"queue depth max {max(depths):.0f} (bound {ctx.max_queue_size})")
-            if max(depths) > ctx.max_queue_size:
-                fails.append(f"queue depth {max(depths):.0f} > max_queue_size "
-                             f"{ctx.max_queue_size}")
+            notes.append(f"queue depth max {max(depths):.0f} (bound {ctx.max_queued_requests})")
+            if max(depths) > ctx.max_queued_requests:
+                fails.append(f"queue depth {max(depths):.0f} > max_queued_requests "
+                             f"{ctx.max_queued_requests}")
     if pendings:
         notes.append(f"Triton pending requests max {max(pendings):.0f}")
 

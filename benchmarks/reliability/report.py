@@ -106,7 +106,7 @@ def bounds_legend() -> str:
         f"Bounds (exit 1 if one fails): **lost 0** in every case (a request without an answer "
         f"when the post-schedule wait ends). *overload 2x* (emulated_explicit): errors only "
         f"UNAVAILABLE; the `explicit_batching_queue_depth` gauge (scraped every "
-        f"{MONITOR_PERIOD_S:g} s) never above max_queue_size; stub RSS growth <= "
+        f"{MONITOR_PERIOD_S:g} s) never above max_queued_requests; stub RSS growth <= "
         f"{STUB_RSS_GROWTH_BOUND_MB:g} MB and tritonserver RSS growth <= "
         f"{SERVER_RSS_GROWTH_BOUND_MB:g} MB from the end of the baseline to after the drain; "
         f"recovery <= {RECOVERY_BOUND_S:g} s: the first second after the overload from which "

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(shlex.quote(a) for a in [
         exe, "scripts/reliability.py", *(argv if argv is not None else sys.argv[1:])])
     cap, t4 = capacity()
-    max_queue = t4.scheduler.max_queue_size
+    max_queue = t4.scheduler.max_queued_requests
     print(f"capacity of {EXPLICIT} (t4, padded, time scale {TIME_SCALE:g}): {cap:.1f} req/s",
           flush=True)
     names = args.case or list(CASES)

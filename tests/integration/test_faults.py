@@ -69,7 +69,7 @@ def fault_server(tmp_path_factory):
                     os.path.join(repo, MODEL, "profiles"))
     bounded_gate = os.path.join(os.path.dirname(gate), f"{BOUNDED}.gate")
     _model(repo, BOUNDED, _param("hardware_profile", "t4") + _param("time_scale", 10)
-           + _param("scheduler.max_queue_size", 4) + _param("device_gate_file", bounded_gate))
+           + _param("scheduler.max_queued_requests", 4) + _param("device_gate_file", bounded_gate))
     _model(repo, "unknown_profile_explicit", _param("hardware_profile", "v100"))
     bad_dir = os.path.join(repo, "bad_profile_explicit", "profiles")
     _model(repo, "bad_profile_explicit", _param("hardware_profile", "t4"),
@@ -346,7 +346,7 @@ def test_a_request_whose_decode_raises_fails_alone_on_a_real_server(fault_server
 
 
 def test_a_queue_full_refusal_carries_its_code_and_hint_on_a_real_server(fault_server):
-    """The plugin's queue bound (scheduler.max_queue_size 4): with the device held by a
+    """The plugin's queue bound (scheduler.max_queued_requests 4): with the device held by a
     first request, 40 more queue in Triton (its pending count says so); handed over at
     once, more than a batch, 4 are queued and 36 refused UNAVAILABLE 'queue full ...;
     retry after N ms' (docs/reliability.md). Every request has its one answer."""
@@ -369,4 +369,4 @@ def test_a_queue_full_refusal_carries_its_code_and_hint_on_a_real_server(fault_s
     assert len(errors) == 36 and results.calls[0][0][1] is None
     for error in errors:
         assert "UNAVAILABLE" in str(error.status()) and "queue full" in str(error), error
-        assert re.search(r"max_queue_size=4 requests; retry after \d+ ms", str(error)), error
+        assert re.search(r"max_queued_requests=4 requests; retry after \d+ ms", str(error)), error

@@ -1,7 +1,8 @@
 """The plugin fronts an unrelated model: other tensor names and dtypes, an extra input
 passed through, several outputs - each request's outputs byte-identical to calling the
 inner model directly, over HTTP and gRPC; a front whose tensors do not fit the inner
-model is refused at load, naming the mismatch."""
+model, or that sends batches larger than the inner model's max_batch_size, is refused at
+load, naming the mismatch."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.conftest import SHIPPED_REPOSITORY
 
 pytestmark = pytest.mark.integration
 INNER, FRONT, BAD_FRONT = "scorer", "scorer_explicit", "scorer_explicit_bad"
+BIG_FRONT = "scorer_explicit_big"  # batches of 128 for an inner max_batch_size of 64
 
 INNER_MODEL_PY = '''
 import numpy as np
@@ -63,7 +65,7 @@ def _param(key: str, value: str) -> str:
     return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
 
 
-def _front(repo: str, name: str, weight_type: str) -> None:
+def _front(repo: str, name: str, weight_type: str, extra: str = "") -> None:
     os.makedirs(os.path.join(repo, name))
     shutil.copytree(os.path.join(SHIPPED_REPOSITORY, "emulated_explicit", "1"),
                     os.path.join(repo, name, "1"),
@@ -78,7 +80,7 @@ def _front(repo: str, name: str, weight_type: str) -> None:
                  + _param("hardware_profile", "t4")
                  # no SLA sent: the default, a minute, so no loaded machine refuses one
                  + _param("scheduler.default_sla_ms", "60000")
-                 + _param("profile_dir", f"{name}/profiles"))
+                 + _param("profile_dir", f"{name}/profiles") + extra)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,7 @@ def front_server(tmp_path_factory):
                  + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n")
     _front(repo, FRONT, "TYPE_FP64")
     _front(repo, BAD_FRONT, "TYPE_FP32")
+    _front(repo, BIG_FRONT, "TYPE_FP64", _param("scheduler.max_batch_size", "128"))
     srv = TritonServer(repo, log_path=str(base / "tritonserver.log"), exit_timeout_s=10,
                        extra_args=("--model-control-mode=explicit", f"--load-model={INNER}",
                                    f"--load-model={FRONT}"))
@@ -169,6 +172,19 @@ def test_a_front_whose_tensors_do_not_fit_is_refused_naming_the_mismatch(front_s
             client.load_model(BAD_FRONT)
         assert "input WEIGHT is TYPE_FP32 here but TYPE_FP64 in 'scorer'" in str(err.value)
         assert not client.is_model_ready(BAD_FRONT)
+    finally:
+        client.close()
+
+
+def test_a_front_sending_batches_above_the_inner_max_batch_size_is_refused(front_server):
+    client = httpclient.InferenceServerClient(front_server.http_url)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model(BIG_FRONT)
+        assert (f"model '{BIG_FRONT}': inner_model '{INNER}' does not fit this model: inner "
+                f"model '{INNER}' has max_batch_size 64, but this model sends it batches of "
+                "up to 128 (scheduler.max_batch_size)") in str(err.value), err.value
+        assert not client.is_model_ready(BIG_FRONT)
     finally:
         client.close()
 

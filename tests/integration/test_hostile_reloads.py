@@ -90,8 +90,11 @@ def _reload_with(client, **params) -> str:
      "key 'control.infeasible_polcy': not a profile key (section.key); "
      "nearest: 'control.infeasible_policy'"),
     ({"responder_threads": "many"}, "parameter 'responder_threads' must be an integer"),
+    ({"scheduler.max_queue_size": "64"},
+     "parameter 'scheduler.max_queue_size' was renamed to 'scheduler.max_queued_requests'"),
 ], ids=["profile_dir_symlink", "profile_symlink_to_etc_passwd", "100MB_profile",
-        "missing_inner_model", "unknown_key", "misspelt_profile_key", "bad_value"])
+        "missing_inner_model", "unknown_key", "misspelt_profile_key", "bad_value",
+        "renamed_key"])
 def test_hostile_reload_is_refused_and_the_old_version_serves(hostile, params, expected):
     _, client, outside = hostile
     assert _infer_ok(client)

@@ -116,7 +116,7 @@ def test_each_model_logs_where_its_cost_estimate_comes_from(server):
     unit-tested in tests/unit/triton_backend; on a GPU gpu_bench.py shows it."""
     with open(server.log_path, errors="replace") as fh:
         log = fh.read()
-    assert ("minilm_explicit: cost table: not measured (budget 0: calibration.cpu_budget_s)"
+    assert ("minilm_explicit: cost table: not measured (budget 0: calibration.cpu_budget_ms)"
             in log), log[-3000:]
     assert "emulated_explicit: cost table: not measured (EmulatedDevice" in log
 

@@ -1,4 +1,4 @@
-"""intake hold's wake requests (``waker.Waker``, opt-in: parameter ``wake_after_us``) in a
+"""intake hold's wake requests (``waker.Waker``, opt-in: parameter ``wake_after_ms``) in a
 real server.
 
 With the shipped queue bound Triton 2.51's batcher cannot prefetch and loses a wake-up
@@ -20,13 +20,13 @@ from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.eventually import eventually, stays
 from tests.integration.gates import triton_counts
 from tests.integration.models import emulated_copy
-from triton_backend.waker import WAKE_AFTER_US_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
+from triton_backend.waker import WAKE_AFTER_MS_MEASURED, WAKE_IDLE_CALLS, WAKE_MAX_IN_FLIGHT
 from server_ops.intake_config import hold_config
 from triton_backend.metric_catalog import WAKE_REQUESTS_METRIC
 
 pytestmark = pytest.mark.integration
 BOUNDED, UNBOUNDED, SHIPPED = "wake_bounded", "wake_unbounded", "wake_shipped"
-WAKE_US = WAKE_AFTER_US_MEASURED  # the opt-in, as measured (off by default)
+WAKE_MS = WAKE_AFTER_MS_MEASURED  # the opt-in, as measured (off by default)
 HANG_GUARD_S = 60.0
 STEADY_S = 3.0  # the counts must stay the same this long to count as stopped
 
@@ -37,7 +37,7 @@ def server(tmp_path_factory):
 
     repo = str(tmp_path_factory.mktemp("wake") / "repo")
     extra = ('parameters { key: "sidecar" value: { string_value: "off" } }\n'
-             f'parameters {{ key: "wake_after_us" value: {{ string_value: "{WAKE_US}" }} }}\n')
+             f'parameters {{ key: "wake_after_ms" value: {{ string_value: "{WAKE_MS}" }} }}\n')
     # bounded as the shipped config was before it dropped the queue policy
     emulated_copy(repo, BOUNDED, lambda c: hold_config(c, max_queue_size=128), extra=extra)
     emulated_copy(repo, UNBOUNDED, lambda c: hold_config(c, max_queue_size=0), extra=extra)

@@ -61,6 +61,36 @@ def test_a_written_copy_is_named_after_its_file_and_loads(tmp_path):
     assert out.read_text().startswith("# tuned\n")
 
 
-def test_an_inline_section_cannot_be_edited():
-    with pytest.raises(ProfileError, match="section 'scheduler' is written inline"):
-        edit_profile_text("name: x\nscheduler: {alpha: 0.2}\n", {"scheduler": {"alpha": 0.3}})
+def test_an_inline_section_is_edited_in_its_own_flow_style():
+    out = edit_profile_text("name: x\nscheduler: {alpha: 0.2, beta: 0.1}  # inline\n",
+                            {"scheduler": {"alpha": 0.3}})
+    assert out == "name: x\nscheduler: {alpha: 0.3, beta: 0.1}  # inline\n"
+
+
+def test_comments_everywhere_survive_an_edit_that_adds_sections_and_keys(tmp_path):
+    """A round trip through the editor keeps every comment of a shipped profile (head,
+    section, inline, trailing), adds keys and a section with its comment, and loads."""
+    shipped = open(T4, encoding="utf-8").read()
+    assert "\n  alpha: " in shipped and "\n  max_batch_size: " in shipped
+    text = (shipped.replace("\n  alpha: ", "\n  # the elastic window's gain\n  alpha: ")
+            .replace("\n  max_batch_size: 32", "\n  max_batch_size: 32  # kept inline")
+            + "# a trailing note\n")
+    comments = [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
+    assert len(comments) > 3
+    base = tmp_path / "t4.yaml"
+    base.write_text(text)
+    out = tmp_path / "t4_tuned.yaml"
+    profile = write_profile(str(base), str(out),
+                            {"scheduler": {"alpha": 0.31, "max_queued_requests": 512},
+                             "calibration": {"budget_ms": 500.0}},
+                            comment="tuned by the test")
+    text = out.read_text()
+    for line in comments + ["# tuned by the test", "  max_batch_size: 32  # kept inline"]:
+        assert line in text, line
+    assert (profile.scheduler.alpha, profile.scheduler.max_queued_requests,
+            profile.calibration.budget_ms) == (0.31, 512, 500.0)
+
+
+def test_text_that_is_not_a_mapping_is_refused():
+    with pytest.raises(ProfileError, match="must be a YAML mapping"):
+        edit_profile_text("- a\n- b\n", {"scheduler": {"alpha": 0.3}})

@@ -65,7 +65,7 @@ def test_every_shipped_profile_loads(path):
     assert profile.emulation.cost_mode in COST_MODES
     s = profile.scheduler
     assert s.min_window_ms <= s.max_window_ms
-    assert 1 <= s.max_batch_size <= s.max_queue_size
+    assert 1 <= s.max_batch_size <= s.max_queued_requests
     assert all(math.isfinite(v) for v in (profile.cost_model.fixed_ms,
                                           profile.cost_model.per_token_ms,
                                           s.base_window_ms, s.default_sla_ms))
@@ -111,7 +111,7 @@ def _mutate(section, key, value):
         if section is None:
             doc[key] = value
         else:
-            doc[section][key] = value
+            doc.setdefault(section, {})[key] = value
     return apply
 
 
@@ -120,10 +120,14 @@ BAD_CASES = [
     ("unknown-top-level-key", _mutate(None, "colour", "blue"), "colour", "'blue'", "unknown key"),
     ("unknown-section-key", _mutate("scheduler", "max_batchsize", 8),
      "scheduler.max_batchsize", "8", "unknown key"),
+    ("renamed-queue-bound", _mutate("scheduler", "max_queue_size", 4096),
+     "scheduler.max_queue_size", "4096", "was renamed to 'scheduler.max_queued_requests'"),
+    ("renamed-to-ms", _mutate("calibration", "cpu_budget_s", 0.5),
+     "calibration.cpu_budget_s", "0.5", "was renamed to 'calibration.cpu_budget_ms'"),
     ("int-field-string", _mutate("scheduler", "max_batch_size", "32"),
      "scheduler.max_batch_size", "'32'", "must be an integer"),
-    ("int-field-float", _mutate("scheduler", "max_queue_size", 10.5),
-     "scheduler.max_queue_size", "10.5", "must be an integer"),
+    ("int-field-float", _mutate("scheduler", "max_queued_requests", 10.5),
+     "scheduler.max_queued_requests", "10.5", "must be an integer"),
     ("int-field-bool", _mutate("scheduler", "max_batch_size", True),
      "scheduler.max_batch_size", "True", "must be an integer"),
     ("float-field-string", _mutate("cost_model", "fixed_ms", "fast"),
@@ -476,3 +480,6 @@ def test_dotted_overrides_are_typed_validated_and_keep_the_source():
         parse_override("control.enabled", "maybe", "params")
     with pytest.raises(ProfileError, match="params.*scheduler.alpha.*9"):
         with_overrides(base, {"scheduler": {"alpha": 9.0}}, source="params")
+    with pytest.raises(ProfileError, match="params: key 'calibration.budget_s': was renamed "
+                                           "to 'calibration.budget_ms'"):
+        parse_override("calibration.budget_s", "1", "params")

@@ -262,8 +262,8 @@ def test_take_fifo_is_longest_prefix_within_limits(lengths, max_size, max_tokens
 
 # -- queue management ---------------------------------------------------------------------------
 
-def test_queue_full_at_max_queue_size():
-    s = make(max_queue_size=3, max_batch_size=2)
+def test_queue_full_at_max_queued_requests():
+    s = make(max_queued_requests=3, max_batch_size=2)
     for i in range(3):
         s.submit(req(i, 0.0), 0.0)
     with pytest.raises(QueueFull):
@@ -618,7 +618,7 @@ def test_submit_all_queues_a_call_as_submit_does_each_request(name, control, his
     each, now = _played(profile, history, 1.0)
     all_at_once, _ = _played(profile, history, 1.0)
     for s in (each, all_at_once):  # the bound from here on (the history is played out)
-        s.cfg = replace(s.cfg, max_queue_size=max_queue)
+        s.cfg = replace(s.cfg, max_queued_requests=max_queue)
     lengths, slas, waited_ms = call
     batch = [QueuedRequest(1000 + k, n, now - waited_ms / 1000.0, sla)
              for k, (n, sla) in enumerate(zip(lengths, slas))]

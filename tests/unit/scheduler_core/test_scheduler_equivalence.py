@@ -263,7 +263,7 @@ def test_same_decisions_on_an_exact_binary_grid(variant, cost_mode):
 def test_same_decisions_on_a_flash_crowd_with_a_small_queue_bound():
     """QueueFull refusals, a queue that fills and drains, an emulated slow-down."""
     profile = _profile("t4", "padded")
-    profile = replace(profile, scheduler=replace(profile.scheduler, max_queue_size=300))
+    profile = replace(profile, scheduler=replace(profile.scheduler, max_queued_requests=300))
     arrivals = W.generate(W.FlashCrowd(400.0, factor=8.0, spike_start_s=0.2,
                                        spike_length_s=0.3), 1.0, 5, LENGTHS)
     _assert_same_runs(profile, profile.control, arrivals, time_scale=1.5)

@@ -14,7 +14,7 @@ from triton_backend.load_calibration import calibrate_at_load, fill_rows
 PROFILE = profile_from_mapping({
     "name": "p", "cost_model": {"fixed_ms": 1.0, "per_token_ms": 0.001},
     "scheduler": {"max_batch_size": 8, "max_batch_tokens": 2048},
-    "calibration": {"budget_s": 2.0, "cpu_budget_s": 2.0, "max_sequence_length": 64}}, "test")
+    "calibration": {"budget_ms": 2000.0, "cpu_budget_ms": 2000.0, "max_sequence_length": 64}}, "test")
 
 
 class FlatDevice:
@@ -52,7 +52,7 @@ def test_a_real_executor_is_measured_and_its_table_becomes_the_seed():
 
 
 def test_the_cpu_budget_caps_the_measurement():
-    profile = replace(PROFILE, calibration=CalibrationConfig(budget_s=5.0, cpu_budget_s=0.0))
+    profile = replace(PROFILE, calibration=CalibrationConfig(budget_ms=5000.0, cpu_budget_ms=0.0))
     device = FlatDevice()
     same, result, note = calibrate_at_load(profile, device, on_gpu=False, clock=device.clock)
     assert same is profile and result is None and "budget 0" in note

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from triton_backend.model_loading import (LoadRefused, check_inner_model, choose_intake,
-                                          instance_index,
+                                          inner_contract, instance_index,
                                           load_profile, make_executor, queue_prefetches)
 from triton_backend.model_settings import ModelSettings
 from triton_backend.placement import placement
@@ -83,3 +83,53 @@ def test_an_instance_knows_its_index_in_the_group():
     assert instance_index({"model_instance_name": "pair_hold_0_1"}) == 1
     assert instance_index({"model_instance_name": "m_0_0"}) == 0
     assert instance_index({}) == 0
+
+
+# The front's own config (the JSON Triton hands initialize) and its inner model's.
+FRONT = {"input": [{"name": "TOKENS", "data_type": "TYPE_INT32", "dims": [-1]}],
+         "output": [{"name": "SCORE", "data_type": "TYPE_FP32", "dims": [1]}]}
+# Valid text the former regular expressions read as "no inputs": repeated ``input {}``
+# fields, ``dims: -1``, fields in another order, comments.
+REPEATED_FORM = """# scorer: written the other valid way
+output { dims: 1 data_type: TYPE_FP32 name: "SCORE" }
+input {  # the sequence
+  dims: -1
+  name: "TOKENS"
+  data_type: TYPE_INT32
+}
+max_batch_size: {mbs}
+backend: "python"
+"""
+
+
+def _front_with_inner(tmp_path, inner_config: str) -> dict:
+    """A repository holding a front model and its inner model ``scorer``; the front's
+    ``initialize`` args."""
+    (tmp_path / "front").mkdir()
+    (tmp_path / "scorer").mkdir()
+    (tmp_path / "scorer" / "config.pbtxt").write_text(inner_config)
+    return {"model_name": "front", "model_repository": str(tmp_path / "front")}
+
+
+def _inner_settings() -> ModelSettings:
+    return ModelSettings.from_parameters("front", {"inner_model": "scorer",
+                                                   "sequence_input": "TOKENS"})
+
+
+@pytest.mark.parametrize("inner_config", [
+    REPEATED_FORM.replace("{mbs}", "32"),
+    'name: "scorer"\nbackend: "onnxruntime"\n',  # auto-completed by Triton at load
+])
+def test_a_valid_inner_config_the_regular_expressions_refused_loads(tmp_path, inner_config):
+    args = _front_with_inner(tmp_path, inner_config)
+    contract = inner_contract(args, FRONT, _inner_settings(), max_batch_size=32)
+    assert contract.sequence.name == "TOKENS" and contract.output_names == ["SCORE"]
+
+
+def test_an_inner_max_batch_size_below_the_batches_sent_refuses_with_both_numbers(tmp_path):
+    args = _front_with_inner(tmp_path, REPEATED_FORM.replace("{mbs}", "8"))
+    with pytest.raises(LoadRefused, match=r"model 'front': inner_model 'scorer'.*has "
+                       r"max_batch_size 8, but this model sends it batches of up to 32 "
+                       r"\(scheduler.max_batch_size\)"):
+        inner_contract(args, FRONT, _inner_settings(), max_batch_size=32)
+    inner_contract(args, FRONT, _inner_settings(), max_batch_size=8)  # fits

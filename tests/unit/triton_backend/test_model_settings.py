@@ -21,9 +21,9 @@ def test_no_parameters_give_the_defaults():
 
 def test_values_are_typed_and_an_empty_string_means_unset():
     s = settings(executor="emulated", intra_op_threads="3", pad_value="1.5", intake="",
-                 wake_after_us="2000")
-    assert (s.executor, s.intra_op_threads, s.pad_value, s.intake, s.wake_after_us) == (
-        "emulated", 3, 1.5, "", 2000)
+                 wake_after_ms="2.5")
+    assert (s.executor, s.intra_op_threads, s.pad_value, s.intake, s.wake_after_ms) == (
+        "emulated", 3, 1.5, "", 2.5)
 
 
 def test_an_unknown_key_refuses_naming_the_model_the_key_and_the_nearest_known_key():
@@ -44,13 +44,27 @@ def test_an_unknown_key_without_a_near_one_lists_the_known_keys():
     ("inner_model_check", "maybe", "must be one of"),
     ("responder_threads", "four", "must be an integer, got 'four'"),
     ("responder_threads", "0", r"must be in \[1, 64\], got 0"),
-    ("wake_after_us", "-1", r"must be in \[0, 10000000\], got -1"),
+    ("wake_after_ms", "-1", r"must be in \[0, 10000\], got -1.0"),
     ("pad_value", "x", "must be a number, got 'x'"),
     ("sidecar", "socket", r"must be one of \('thread', 'off', 'file:PATH'\), got 'socket'"),
 ])
 def test_a_bad_value_refuses_naming_the_key_and_the_value(key, value, why):
     with pytest.raises(SettingsError, match=f"model 'm': parameter '{key}' {why}"):
         settings(**{key: value})
+
+
+@pytest.mark.parametrize("old, new", [
+    ("gather_grace_us", "gather_grace_ms"),
+    ("wake_after_us", "wake_after_ms"),
+    ("scheduler.max_queue_size", "scheduler.max_queued_requests"),
+    ("calibration.budget_s", "calibration.budget_ms"),
+    ("calibration.cpu_budget_s", "calibration.cpu_budget_ms"),
+])
+def test_a_renamed_parameter_refuses_naming_the_new_name(old, new):
+    with pytest.raises(SettingsError, match=f"model 'm': parameter '{old}' was renamed to "
+                                            f"'{new}'"):
+        settings(**{old: "1"})
+    settings(**{new: "1"})  # the new name loads
 
 
 def test_dotted_keys_and_aliases_become_profile_overrides():

@@ -9,7 +9,7 @@ import pytest
 from triton_backend.request_decoding import RequestError
 from triton_backend.tensor_contract import (Contract, ContractError, batch_inputs,
                                             check_inner_config, decode_generic,
-                                            parse_config_tensors, split_outputs)
+                                            parse_inner_config, split_outputs)
 
 FRONT = {
     "input": [{"name": "TOKENS", "data_type": "TYPE_INT32", "dims": [-1]},
@@ -73,14 +73,15 @@ def test_a_batch_pads_sequences_concatenates_the_rest_and_splits_back():
 
 
 def test_the_inner_config_is_read_and_checked():
-    inputs, outputs, max_batch = parse_config_tensors(INNER)
-    assert [t.name for t in inputs] == ["TOKENS", "WEIGHT"] and max_batch == 64
-    assert outputs[0].dims == (2,)
+    inner = parse_inner_config(INNER)
+    assert [t.name for t in inner.inputs] == ["TOKENS", "WEIGHT"] and inner.max_batch_size == 64
+    assert inner.outputs[0].dims == (2,) and inner.inputs[0].data_type == "TYPE_INT32"
     assert check_inner_config(contract(), "scorer", INNER) == []
     bad = INNER.replace("TYPE_FP64", "TYPE_FP32").replace("max_batch_size: 64",
                                                           "max_batch_size: 0")
-    problems = check_inner_config(contract(), "scorer", bad)
-    assert any("max_batch_size 0" in p for p in problems)
+    problems = check_inner_config(contract(), "scorer", bad, max_batch_size=16)
+    assert any("max_batch_size 0, but this model sends it batches of up to 16" in p
+               for p in problems)
     assert "input WEIGHT is TYPE_FP64 here but TYPE_FP32 in 'scorer'" in problems
     renamed = INNER.replace('"SCORE"', '"LOGITS"')
     assert any("output SCORE is not an output of 'scorer'" in p
@@ -101,3 +102,41 @@ def test_requests_that_cannot_share_a_batch_are_grouped_apart():
     plain, biased, wide = req(W=(1, 2)), req(W=(1, 2), B=(1, 1)), req(W=(1, 3))
     assert batch_groups([plain, plain, plain]) == [[0, 1, 2]]
     assert batch_groups([plain, biased, plain, wide, biased]) == [[0, 2], [1, 4], [3]]
+
+
+# Valid config.pbtxt text the former regular-expression reader refused ("no inputs"):
+# repeated ``input { ... }`` fields instead of a list, ``dims: -1`` without brackets,
+# fields in another order, comments between fields.
+REPEATED_FORM = '''
+# the scorer, written the other valid way
+input { data_type: TYPE_INT32 name: "TOKENS" dims: -1 }  # the sequence
+input {
+  dims: 2
+  # a comment inside a tensor
+  name: "WEIGHT"
+  data_type: TYPE_FP64
+}
+output { dims: [ 2 ], name: "SCORE", data_type: TYPE_FP16 }
+max_batch_size: 64
+name: "scorer"
+'''
+# An ONNX model's minimal config: Triton auto-completes its tensors and max_batch_size.
+AUTO_COMPLETED = 'name: "scorer"\nbackend: "onnxruntime"\n'
+
+
+@pytest.mark.parametrize("text", [REPEATED_FORM, AUTO_COMPLETED])
+def test_valid_forms_the_regular_expressions_refused_are_accepted(text):
+    assert check_inner_config(contract(), "scorer", text, max_batch_size=32) == []
+
+
+def test_an_inner_max_batch_size_below_the_batches_sent_is_a_problem_naming_both():
+    small = INNER.replace("max_batch_size: 64", "max_batch_size: 8")
+    assert check_inner_config(contract(), "scorer", small, max_batch_size=8) == []
+    [problem] = check_inner_config(contract(), "scorer", small, max_batch_size=32)
+    assert ("inner model 'scorer' has max_batch_size 8, but this model sends it batches of "
+            "up to 32 (scheduler.max_batch_size)") in problem
+
+
+def test_text_that_is_not_a_model_config_is_refused_naming_the_place():
+    with pytest.raises(ContractError, match="1:17"):
+        parse_inner_config("input [ { name: ")

@@ -54,12 +54,12 @@ def test_the_engine_counts_what_the_threaded_driver_submitted(adapter, pb_utils)
 
 
 def test_a_queue_full_refusal_says_when_to_come_back(adapter, pb_utils):
-    """The plugin's queue bound (scheduler.max_queue_size 2) with the device held: the
+    """The plugin's queue bound (scheduler.max_queued_requests 2) with the device held: the
     request past it is refused UNAVAILABLE, naming the bound and a retry-after hint in ms
     (the device time the queue still needs by the estimate)."""
     import re  # noqa: PLC0415
 
-    model = adapter.model("release", gated=True, **{"scheduler.max_queue_size": "2"})
+    model = adapter.model("release", gated=True, **{"scheduler.max_queued_requests": "2"})
     fake = pb_utils.FakeRequest
     adapter.gate.close()
     running = fake([51, 52], sla_ms=SLA_MS)
@@ -76,7 +76,7 @@ def test_a_queue_full_refusal_says_when_to_come_back(adapter, pb_utils):
     adapter.gate.open()
     assert pb_utils.error_code(refusal) == pb_utils.TritonError.UNAVAILABLE
     message = refusal.error().message()
-    assert "queue full" in message and "max_queue_size=2" in message
+    assert "queue full" in message and "max_queued_requests=2" in message
     assert int(re.search(r"retry after (\d+) ms", message).group(1)) >= 1
     for req in [running, *queued]:
         assert_embedding(pb_utils, req, sent(pb_utils, req))
