@@ -26,7 +26,9 @@ import click
 from scheduler_core.stats import percentile
 
 from . import live
+from .exit_codes import FINDING, check_reached
 from .live import Series, counter_delta
+from .output import echo_for, emit_json, json_option
 
 TRACE_KIND = "explicit_batching_lag_trace"
 
@@ -250,7 +252,8 @@ def render(report: LagReport, source: str, lower_ms: float, upper_ms: float) -> 
 @click.option("--metrics-url", help="Live: sample this Triton metrics page.")
 @click.option("--trace", "trace_path", type=click.Path(exists=True, dir_okay=False),
               help="Offline: a recorded JSON trace of the samples.")
-@click.option("--model", default="emulated_explicit", show_default=True)
+@click.option("--model", help="Live: the explicit-control model to sample (required with "
+              "--metrics-url).")
 @click.option("--duration-s", type=click.FloatRange(0.5, 3600), default=5.0, show_default=True)
 @click.option("--interval-s", type=click.FloatRange(0.02, 10), default=0.1, show_default=True)
 @click.option("--record-trace", "record_path", type=click.Path(dir_okay=False),
@@ -258,10 +261,14 @@ def render(report: LagReport, source: str, lower_ms: float, upper_ms: float) -> 
 @click.option("--lower-ms", type=click.FloatRange(0), default=100.0, show_default=True)
 @click.option("--upper-ms", type=click.FloatRange(0), default=200.0, show_default=True,
               help="The design's band is 100-200 ms; the verdict judges the lag's p90.")
+@click.option("--fail-on-exceeds", is_flag=True,
+              help="Exit with status 1 when the lag exceeds the band (a missed target).")
+@json_option
 @click.pass_context
 def command(ctx: click.Context, control_feedback_lag: bool, metrics_url: str | None,
             trace_path: str | None, model: str, duration_s: float, interval_s: float,
-            record_path: str | None, lower_ms: float, upper_ms: float) -> None:
+            record_path: str | None, lower_ms: float, upper_ms: float, fail_on_exceeds: bool,
+            as_json: bool) -> None:
     """Diagnose the control loop: --control-feedback-lag live (--metrics-url) or from a
     --trace."""
     deps = ctx.find_object(live.SamplingDeps) or live.SamplingDeps()
@@ -271,6 +278,8 @@ def command(ctx: click.Context, control_feedback_lag: bool, metrics_url: str | N
         raise click.UsageError("give exactly one of --metrics-url (live) or --trace FILE")
     if lower_ms >= upper_ms:
         raise click.UsageError(f"--lower-ms ({lower_ms:g}) must be below --upper-ms ({upper_ms:g})")
+    if metrics_url and not model:
+        raise click.UsageError("--metrics-url needs --model (the explicit-control model to sample)")
     if trace_path:
         samples, meta = read_trace(trace_path)
         source = f"trace {trace_path}" + (f", model {meta['model']}" if meta.get("model") else "")
@@ -279,6 +288,7 @@ def command(ctx: click.Context, control_feedback_lag: bool, metrics_url: str | N
         series = deps.sample(metrics_url, model, duration_s, interval_s)
         samples = samples_from_series(series)
         if not samples:
+            check_reached(series, metrics_url)
             raise click.ClickException(
                 f"no lag samples for model '{model}' from {metrics_url} ({series.failures} "
                 f"scrapes failed: {series.last_error})")
@@ -289,6 +299,21 @@ def command(ctx: click.Context, control_feedback_lag: bool, metrics_url: str | N
                 json.dump(trace_document(samples, model, interval_s), fh, indent=1)
                 fh.write("\n")
     report = analyze_lag(samples, lower_ms, upper_ms)
-    click.echo(render(report, source, lower_ms, upper_ms))
+    say = echo_for(as_json)
+    say(render(report, source, lower_ms, upper_ms))
     if record_path and not trace_path:
-        click.echo(f"\ntrace written to {record_path}")
+        say(f"\ntrace written to {record_path}")
+    if as_json:
+        emit_json(report_document(report, source, lower_ms, upper_ms))
+    if fail_on_exceeds and report.verdict == "exceeds":
+        ctx.exit(FINDING)
+
+
+def report_document(report: LagReport, source: str, lower_ms: float, upper_ms: float) -> dict:
+    """``--json``: the report's figures (lags in ms)."""
+    doc = {"kind": "control_feedback_lag", "source": source, "band_ms": [lower_ms, upper_ms],
+           **{k: getattr(report, k) for k in LagReport.__dataclass_fields__}}
+    doc["per_second"] = [{"second": sec, "mean_lag_ms": lag, "answered": answered,
+                          "sla_miss_rate": miss}
+                         for sec, lag, answered, miss in report.per_second]
+    return doc

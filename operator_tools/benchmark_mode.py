@@ -15,18 +15,19 @@ Intake hold (the default) ships with Triton's queue in front bounded
 perf_analyzer would stop at too, so benchmark mode also lifts that bound (0: unbounded).
 
 Two more limits apply to any run past capacity: the queue grows by (offered - capacity)
-requests per second and a request beyond ``scheduler.max_queue_size`` (4096 by default) is
+requests per second and a request beyond ``scheduler.max_queued_requests`` (4096 by default) is
 still refused (``queue full``), so keep the run bounded (``--max-trials``,
 ``--measurement-interval``, ``--stability-percentage 1000``: an overloaded rate never
 stabilises) or raise that key too.
 
-From a shell (the server needs ``--model-control-mode=explicit``, which ``make serve`` uses)::
+From a shell (the server needs ``--model-control-mode=explicit``, which ``make serve`` uses;
+``python -m operator_tools.benchmark_mode`` takes the same arguments)::
 
-    .venv/bin/python -m operator_tools.benchmark_mode --url localhost:8000 --model emulated_explicit on
+    .venv/bin/explicit-batching benchmark-mode --url localhost:8000 --model emulated_explicit on
     scripts/perf_analyzer -m emulated_explicit -u localhost:8000 --async --request-rate-range 286 \\
         --measurement-interval 3000 --max-trials 3 --stability-percentage 1000 \\
         --input-data perf_analyzer_configs/mixed_sla.json
-    .venv/bin/python -m operator_tools.benchmark_mode --url localhost:8000 --model emulated_explicit off
+    .venv/bin/explicit-batching benchmark-mode --url localhost:8000 --model emulated_explicit off
 
 A server that cannot reload models takes the line
 ``parameters { key: "control.infeasible_policy" value: { string_value: "serve_late" } }``
@@ -35,11 +36,12 @@ appended to the model's ``config.pbtxt`` instead (then restart it).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
+
+import click
 
 from . import live
 from .live import LoadRefused
@@ -135,34 +137,37 @@ def benchmark_mode(control, original: Mapping[str, Any] | None = None,
             warn(f"error: {mode.restored}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``on``: reload the model with serve_late; ``off``: reload it without the parameter
-    (the profile's policy applies again)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m operator_tools.benchmark_mode",
-        description="Switch an explicit model's benchmark mode (control.infeasible_policy="
-                    "serve_late) on or off through Triton's model-load API.")
-    parser.add_argument("--url", default="localhost:8000", help="HTTP host:port of the server")
-    parser.add_argument("--model", default="emulated_explicit")
-    parser.add_argument("state", choices=("on", "off"))
-    args = parser.parse_args(argv)
-    control = live.ModelControl(args.url, args.model)
+@click.command(name="benchmark-mode")
+@click.option("--url", default="localhost:8000", show_default=True,
+              help="HTTP host:port of the server (started with --model-control-mode=explicit).")
+@click.option("--model", required=True, help="The explicit-control model to switch.")
+@click.argument("state", type=click.Choice(["on", "off"]))
+@click.pass_context
+def command(ctx: click.Context, url: str, model: str, state: str) -> None:
+    """Switch an explicit model's benchmark mode (control.infeasible_policy=serve_late,
+    Triton's queue bound lifted) ON or OFF through Triton's model-load API."""
+    control = live.ModelControl(url, model)
     try:
         config = control.config()
-        target = benchmark_config(config) if args.state == "on" else normal_config(config)
-        if target is None or (args.state == "off" and live.parameter(config, POLICY_KEY) is None):
-            print(f"{args.model}: benchmark mode already {args.state}")
-            return 0
+        target = benchmark_config(config) if state == "on" else normal_config(config)
+        if target is None or (state == "off" and live.parameter(config, POLICY_KEY) is None):
+            click.echo(f"{model}: benchmark mode already {state}")
+            return
         control.load(target)
     except LoadRefused as exc:
-        print(f"{args.model}: the server refused the reload ({exc}); it needs "
-              "--model-control-mode=explicit", file=sys.stderr)
-        return 1
+        raise click.ClickException(f"{model}: the server refused the reload ({exc}); it "
+                                   "needs --model-control-mode=explicit") from None
     finally:
         control.close()
-    print(f"{args.model}: reloaded with {POLICY_KEY}="
-          f"{SERVE_LATE if args.state == 'on' else '(profile default)'}")
-    return 0
+    click.echo(f"{model}: reloaded with {POLICY_KEY}="
+               f"{SERVE_LATE if state == 'on' else '(profile default)'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m operator_tools.benchmark_mode``: ``explicit-batching benchmark-mode``."""
+    from .server_cmds import run_as_module  # noqa: PLC0415
+
+    return run_as_module(command, argv, "python -m operator_tools.benchmark_mode")
 
 
 if __name__ == "__main__":  # pragma: no cover - command line

@@ -141,6 +141,8 @@ class Series:
     snapshots: list[PluginSnapshot] = field(default_factory=list)
     failures: int = 0
     last_error: str = ""
+    # The last failure itself: the commands tell "cannot reach" (exit 3) from a bad page.
+    last_exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
 def sample_series(metrics_url: str, model: str, duration_s: float, interval_s: float,
@@ -163,7 +165,7 @@ def _take(series: Series, metrics_url: str, model: str, fetch, clock) -> None:
         series.snapshots.append(snapshot(metrics_url, model, fetch, clock))
     except (OSError, MetricsParseError) as exc:
         series.failures += 1
-        series.last_error = str(exc)
+        series.last_error, series.last_exception = str(exc), exc
 
 
 @dataclass

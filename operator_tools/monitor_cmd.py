@@ -20,7 +20,9 @@ import click
 import yaml
 
 from . import live
+from .exit_codes import FINDING, check_reached
 from .live import ControlEffect
+from .output import echo_for, emit_json, json_option
 from .report import fmt_num
 
 REMEDIES = {
@@ -192,7 +194,7 @@ def effect_table(effect: ControlEffect) -> str:
 @click.option("--record-baseline", "record_path", type=click.Path(dir_okay=False),
               help="Instead: record the control effect now as a baseline file (JSON).")
 @click.option("--metrics-url", required=True, help="Triton metrics page, e.g. http://localhost:8002/metrics.")
-@click.option("--model", default="emulated_explicit", show_default=True)
+@click.option("--model", required=True, help="The explicit-control model to watch.")
 @click.option("--baseline", "baseline_path", type=click.Path(exists=True, dir_okay=False),
               help="Baseline (calibrate's baseline.json, or monitor --record-baseline's).")
 @click.option("--window-s", type=click.FloatRange(0.5, 3600), default=10.0, show_default=True,
@@ -207,12 +209,13 @@ def effect_table(effect: ControlEffect) -> str:
 @click.option("--min-requests", type=click.IntRange(1), default=20, show_default=True,
               help="Per SLA class, in both windows, to compare its attainment.")
 @click.option("--fail-on-drift", is_flag=True, help="Exit with status 1 when drift is found.")
+@json_option
 @click.pass_context
 def command(ctx: click.Context, check_metric_drift: bool, record_path: str | None, metrics_url: str,
             model: str, baseline_path: str | None, window_s: float, interval_s: float,
             max_attainment_drop: float, max_batch_size_change: float, max_window_change: float,
             max_zone_shift: float, max_cost_correction_change: float, min_requests: int,
-            fail_on_drift: bool) -> None:
+            fail_on_drift: bool, as_json: bool) -> None:
     """Watch the control-state metrics: --check-metric-drift against a calibrated
     baseline (with the design's remedies), or --record-baseline."""
     deps = ctx.find_object(live.SamplingDeps) or live.SamplingDeps()
@@ -226,26 +229,37 @@ def command(ctx: click.Context, check_metric_drift: bool, record_path: str | Non
     click.echo(f"watching {metrics_url} for {window_s:g} s (model {model}) ...", err=True)
     series = deps.sample(metrics_url, model, window_s, interval_s)
     if len(series.snapshots) < 2:
+        check_reached(series, metrics_url)
         raise click.ClickException(
             f"fewer than two readable scrapes of {metrics_url} for model '{model}' "
             f"({series.failures} failed: {series.last_error})")
     now = live.control_effect(series.snapshots, model)
+    say = echo_for(as_json)
     if series.failures:
-        click.echo(f"note: {series.failures} scrapes failed (last: {series.last_error})")
+        say(f"note: {series.failures} scrapes failed (last: {series.last_error})")
 
     if record_path:
-        _write_baseline(record_path, window_s, now)
+        _write_baseline(record_path, window_s, now, say)
+        if as_json:
+            emit_json({"kind": "baseline_recorded", "model": model, "path": record_path,
+                       "effect": now.to_dict()})
         return
 
     limits = DriftLimits(max_attainment_drop, max_batch_size_change, max_window_change,
                          max_zone_shift, max_cost_correction_change, min_requests=min_requests)
     findings = check_drift(now, base, limits)
-    _echo_drift_context(model, now, base, base_doc, baseline_path)
-    if _echo_findings(findings) and fail_on_drift:
-        ctx.exit(1)
+    _echo_drift_context(model, now, base, base_doc, baseline_path, say)
+    drifted = _echo_findings(findings, say)
+    if as_json:
+        emit_json({"kind": "metric_drift", "model": model, "metrics_url": metrics_url,
+                   "baseline_path": baseline_path, "drift": drifted,
+                   "drifted": [f.metric for f in findings if f.status == "DRIFT"],
+                   "findings": findings, "now": now.to_dict(), "baseline": base.to_dict()})
+    if drifted and fail_on_drift:
+        ctx.exit(FINDING)
 
 
-def _write_baseline(record_path: str, window_s: float, now: ControlEffect) -> None:
+def _write_baseline(record_path: str, window_s: float, now: ControlEffect, say) -> None:
     """--record-baseline: the control effect now as a baseline file (JSON)."""
     doc = {"kind": "explicit_batching_control_baseline", "version": 1,
            "source": f"monitor --record-baseline over {window_s:g} s", "effect": now.to_dict()}
@@ -253,42 +267,42 @@ def _write_baseline(record_path: str, window_s: float, now: ControlEffect) -> No
     with open(record_path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
         fh.write("\n")
-    click.echo(f"control effect now:\n{effect_table(now)}\nrecorded as baseline {record_path}")
+    say(f"control effect now:\n{effect_table(now)}\nrecorded as baseline {record_path}")
 
 
 def _echo_drift_context(model: str, now: ControlEffect, base: ControlEffect,
-                        base_doc: Mapping[str, Any], baseline_path: str) -> None:
+                        base_doc: Mapping[str, Any], baseline_path: str, say) -> None:
     """What is compared with what, and notes on what makes the comparison weaker."""
-    click.echo(f"metric drift check: {model}, now ({now.duration_s:.1f} s, "
+    say(f"metric drift check: {model}, now ({now.duration_s:.1f} s, "
                f"{now.requests:.0f} requests) vs baseline {baseline_path}"
                + (f" ({base_doc.get('source')})" if base_doc.get("source") else ""))
     if base.profile and now.profile and base.profile != now.profile:
-        click.echo(f"note: the baseline was recorded on profile '{base.profile}', the model now "
+        say(f"note: the baseline was recorded on profile '{base.profile}', the model now "
                    f"runs '{now.profile}': differences mix the profile change with drift")
     if base.sla_requests and now.sla_requests and not set(base.sla_requests) & set(now.sla_requests):
-        click.echo(f"note: no SLA class in common (baseline {', '.join(sorted(base.sla_requests))}; "
+        say(f"note: no SLA class in common (baseline {', '.join(sorted(base.sla_requests))}; "
                    f"now {', '.join(sorted(now.sla_requests))}): has the traffic's SLA mix, or "
                    "its scaling, changed?")
     if now.requests == 0:
-        click.echo("note: no requests were answered in the window: SLA attainment and batch "
+        say("note: no requests were answered in the window: SLA attainment and batch "
                    "size cannot be judged (run it under load)")
 
 
-def _echo_findings(findings: Sequence[Finding]) -> bool:
+def _echo_findings(findings: Sequence[Finding], say) -> bool:
     """The findings table, the verdict and the remedies; True when something drifted."""
     width = max(len(f.metric) for f in findings)
-    click.echo(f"\n  {'metric':{width}s}  {'baseline':>16s}  {'now':>16s}  status  detail")
+    say(f"\n  {'metric':{width}s}  {'baseline':>16s}  {'now':>16s}  status  detail")
     for f in findings:
-        click.echo(f"  {f.metric:{width}s}  {f.baseline:>16s}  {f.now:>16s}  {f.status:6s}  {f.detail}")
+        say(f"  {f.metric:{width}s}  {f.baseline:>16s}  {f.now:>16s}  {f.status:6s}  {f.detail}")
     drifted = [f for f in findings if f.status == "DRIFT"]
     if not drifted:
-        click.echo("\nverdict: no drift beyond the limits")
+        say("\nverdict: no drift beyond the limits")
         return False
-    click.echo(f"\nverdict: DRIFT in {len(drifted)} metric(s): "
+    say(f"\nverdict: DRIFT in {len(drifted)} metric(s): "
                + ", ".join(f.metric for f in drifted))
-    click.echo("remedies:")
+    say("remedies:")
     for key in dict.fromkeys(f.remedy for f in drifted):
         because = ", ".join(f.metric for f in drifted if f.remedy == key)
-        click.echo(f"  - [{because}] {REMEDIES[key]}")
-    click.echo(NEXT_STEPS)
+        say(f"  - [{because}] {REMEDIES[key]}")
+    say(NEXT_STEPS)
     return True

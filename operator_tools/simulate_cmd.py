@@ -30,6 +30,7 @@ import numpy as np
 
 from . import report
 from . import resources
+from .output import echo_for, emit_json, json_option, summary_dict
 from .simulate_runs import tune_section, run_policy
 from .workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                             load_workload_spec, parse_float_list, parse_params)
@@ -216,10 +217,11 @@ def _header_lines(prof: HardwareProfile, scale: float, arrivals, workload_text: 
 @click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
               help="--tune: worker processes (the result does not depend on it)")
 @click.option("--no-progress", is_flag=True, help="--tune: no progress bar")
+@json_option
 def command(workload_path, arrival, rate, arrival_param, lengths, sla_classes, duration_s,
             seed, profile, time_scale, request_intervals, input_data, baselines,
             native_delay_us, do_tune, alphas, betas, windows, top, write_profile, jobs,
-            no_progress) -> None:
+            no_progress, as_json) -> None:
     """Simulate explicit control vs Triton's batcher (and baselines) on a workload.
 
     Deterministic: the same arguments print the same table. --tune grid-searches the
@@ -252,4 +254,10 @@ def command(workload_path, arrival, rate, arrival_param, lengths, sla_classes, d
             "fluctuation = std of the per-second device busy fraction; padding waste = "
             "(padded - real tokens) / padded tokens; rejected = queue full, shed as "
             "infeasible, or never served."]
-    click.echo("\n".join(out))
+    echo_for(as_json)("\n".join(out))
+    if as_json:
+        emit_json({"kind": "simulate", "profile": prof.name, "time_scale": scale,
+                   "workload": workload_text, "requests": len(arrivals),
+                   "offered_rps": len(arrivals) / max(arrivals[-1].time_s, 1e-9),
+                   "capacity_rps": cap, "fifo_capacity_rps": fifo,
+                   "rows": [summary_dict(r) for r in rows]})

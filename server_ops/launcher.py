@@ -1,14 +1,13 @@
 """Start a real tritonserver (2.51, from the nvidia-pytriton wheel) on a model repository.
 
-Used by ``make serve`` (``python -m server_ops.launcher``) and by the integration
-tests. No Triton Python API is involved: this only runs the binary with the right
-environment (the venv's ``bin/`` first on PATH, so the Python backend stub imports the
-venv's packages) and waits for readiness.
+Used by ``make serve`` (``python -m server_ops.launcher``, the same command as
+``explicit-batching serve``) and by the integration tests. No Triton Python API is
+involved: this only runs the binary with the right environment (the venv's ``bin/`` first
+on PATH, so the Python backend stub imports the venv's packages) and waits for readiness.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -334,29 +333,29 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-repository", default=DEFAULT_MODEL_REPOSITORY)
-    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
-    parser.add_argument("--grpc-port", type=int, default=None)
-    parser.add_argument("--metrics-port", type=int, default=None)
-    parser.add_argument("--address", default=LOCAL_ADDRESS,
-                        help="the address HTTP, gRPC and metrics bind (default: %(default)s, "
-                             "this machine only; 0.0.0.0 for every interface)")
-    # Anything else goes to tritonserver as is, e.g. --model-control-mode=explicit
-    # --load-model=* (the operator tools reload models through the load API).
-    parser.add_argument("--no-supervise", action="store_true",
-                        help="do not reload a model whose Python stub died")
-    args, tritonserver_args = parser.parse_known_args(argv)
-    grpc = args.grpc_port or args.http_port + 1
-    metrics = args.metrics_port or args.http_port + 2
-    supervise = not args.no_supervise
+    """``python -m server_ops.launcher``: ``explicit-batching serve`` (the click command
+    parses; ``serve`` below runs)."""
+    from operator_tools.server_cmds import run_as_module, serve_command  # noqa: PLC0415
+
+    return run_as_module(serve_command, argv, "python -m server_ops.launcher")
+
+
+def serve(model_repository: str, http_port: int, grpc_port: int | None,
+          metrics_port: int | None, address: str, supervise: bool,
+          tritonserver_args: list[str]) -> int:
+    """Run tritonserver on ``model_repository`` until Ctrl-C or SIGTERM (the stub
+    supervisor beside it unless ``supervise`` is false); ``tritonserver_args`` go to
+    tritonserver as they are. Returns the exit status: 2 when a port is taken."""
+    grpc = grpc_port or http_port + 1
+    metrics = metrics_port or http_port + 2
+    tritonserver_args = list(tritonserver_args)
     if supervise and not any(a.startswith("--model-control-mode") for a in tritonserver_args):
         # The supervisor reloads through the load API, which explicit mode opens.
         tritonserver_args = ["--model-control-mode=explicit", "--load-model=*",
                              *tritonserver_args]
     admin_key = os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(16)
-    server = TritonServer(args.model_repository, args.http_port, grpc, metrics,
-                          extra_args=tuple(tritonserver_args), address=args.address,
+    server = TritonServer(model_repository, http_port, grpc, metrics,
+                          extra_args=tuple(tritonserver_args), address=address,
                           admin_key=admin_key)
     # SIGTERM (a service manager, `kill`) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)

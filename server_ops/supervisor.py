@@ -9,7 +9,8 @@ reload), it reloads that model through the load API - forced with the model's ow
 since a plain ``load`` of an unmodified model does nothing. That needs the server in
 ``--model-control-mode=explicit`` (``make serve`` starts it so).
 
-    python -m server_ops.supervisor --server-pid PID --url localhost:8000 MODEL [...]
+    explicit-batching supervise --server-pid PID --url localhost:8000 MODEL [...]
+    (or python -m server_ops.supervisor with the same arguments)
 
 Requests are not the supervisor's business: with ``intake: hold`` every request is inside
 a running ``execute()`` call or still in Triton's queue, and Triton fails them itself.
@@ -17,7 +18,6 @@ a running ``execute()`` call or still in Triton's queue, and Triton fails them i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -184,16 +184,18 @@ class StubSupervisor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server-pid", type=int, required=True)
-    parser.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
-    parser.add_argument("--period-s", type=float, default=0.5)
-    parser.add_argument("models", nargs="+")
-    args = parser.parse_args(argv)
-    sup = StubSupervisor(args.server_pid, args.url, args.models, args.period_s,
+    """``python -m server_ops.supervisor``: ``explicit-batching supervise``."""
+    from operator_tools.server_cmds import run_as_module, supervise_command  # noqa: PLC0415
+
+    return run_as_module(supervise_command, argv, "python -m server_ops.supervisor")
+
+
+def supervise(server_pid: int, url: str, models: Iterable[str], period_s: float) -> int:
+    """Watch the stubs of ``models`` until the server process is gone (or Ctrl-C)."""
+    sup = StubSupervisor(server_pid, url, list(models), period_s,
                          log=lambda m: print(m, flush=True)).start()
     try:
-        while os.path.exists(f"/proc/{args.server_pid}"):
+        while os.path.exists(f"/proc/{server_pid}"):
             time.sleep(1.0)
     except KeyboardInterrupt:
         pass

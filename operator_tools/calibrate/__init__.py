@@ -18,6 +18,10 @@ Cold start (default)
     perf_analyzer stops at the first refused request, so a step rate past the knee would
     otherwise measure nothing. The cold-start sweep needs no such change: with
     ``control.enabled=false`` the plugin refuses no request for its deadline.
+``table``
+    A measured cost table into a profile: from a file, the MiniLM executor on this host, or
+    the user's own inner model through its Triton endpoint (``--url --model``,
+    ``remote_table``).
 """
 
 from .cli import command

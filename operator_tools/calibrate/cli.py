@@ -6,16 +6,18 @@ from __future__ import annotations
 import click
 
 from ..measure import default_metrics_url
-from .cold_start import run_cold_start, reset_profile, sweep_settings, write_table
+from ..output import json_option
+from .cold_start import run_cold_start, reset_profile, sweep_settings
 from .common import CalibrateDeps, DEFAULT_REPOSITORY
 from .step_search import run_step
+from .table_cmd import write_table
 
 
 # Every option of the four subcommands, by name; each subcommand takes the ones it lists.
 _OPTIONS = {
     "url": click.option("--url", required=True,
                         help="Triton HTTP endpoint HOST:PORT of the running server."),
-    "model": click.option("--model", default="emulated_explicit", show_default=True,
+    "model": click.option("--model", required=True,
                           help="The explicit-control model to calibrate."),
     "metrics_url": click.option("--metrics-url",
                                 help="Triton metrics page [default: http://HOST:PORT+2/metrics]."),
@@ -46,7 +48,8 @@ _OPTIONS = {
         help="Profile to start from [default: the one the model runs, from its profiles folder]."),
     "model_repository": click.option(
         "--model-repository", type=click.Path(file_okay=False), default=DEFAULT_REPOSITORY,
-        show_default=True, help="Where the model's profiles folder is (to find the base profile)."),
+        show_default="the shipped model_repository/",
+        help="Where the model's profiles folder is (to find the base profile)."),
     "plot_path": click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
                               help="Load-latency curve PNG [default: load_latency.png beside --out]."),
     "report_path": click.option("--report", "report_path", type=click.Path(dir_okay=False),
@@ -85,7 +88,22 @@ _OPTIONS = {
                                  help="--measure: torch device (cpu, cuda:0)."),
     "table_budget_s": click.option("--budget-s", "table_budget_s",
                                    type=click.FloatRange(0.1, 600), default=10.0,
-                                   show_default=True, help="--measure: wall-clock budget."),
+                                   show_default=True,
+                                   help="--measure / --url: wall-clock budget."),
+    "table_url": click.option(
+        "--url", "table_url",
+        help="Measure your inner model through this running Triton endpoint HOST:PORT "
+             "(HTTP, or gRPC with --protocol grpc): one [batch, length] request per run."),
+    "table_model": click.option("--model", "table_model",
+                                help="--url: the inner model to measure (the one the plugin "
+                                     "calls, not the explicit-control model)."),
+    "input_name": click.option("--input-name",
+                               help="--url: the token input [default: the model's only input]."),
+    "batch_sizes": click.option("--batch-sizes", help="--url: batch sizes, comma separated "
+                                "[default: the base profile's grid, up to the model's "
+                                "max_batch_size]."),
+    "lengths": click.option("--lengths", help="--url: sequence lengths, comma separated "
+                            "[default: the base profile's grid]."),
 }
 _SWEEP = ("url", "model", "metrics_url", "rates", "sweep_file", "measurement_ms",
           "request_distribution", "input_data", "sla_scale", "protocol", "base_profile",
@@ -127,6 +145,7 @@ def command(ctx: click.Context, reset_parameters: str | None, profile_path: str 
 @command.command(name="cold-start")
 @_options(*_SWEEP, "out_path", "plot_path", "report_path", "baseline_path", "baseline_rate",
           "no_baseline")
+@json_option
 @click.pass_context
 def cold_start(ctx: click.Context, **given) -> None:
     """Explicit control off, a request-rate sweep, the zone boundaries it finds, written
@@ -139,6 +158,7 @@ def cold_start(ctx: click.Context, **given) -> None:
 
 @command.command(name="step")
 @_options(*_SWEEP, "step_rate", "step_size", "max_steps", "infeasible_policy")
+@json_option
 @click.pass_context
 def step(ctx: click.Context, **given) -> None:
     """Walk scheduler.alpha (0.2..0.5), then beta (0.1..0.3), on the live model: one reload
@@ -159,11 +179,11 @@ def reset(profile_path: str) -> None:
 
 @command.command(name="table")
 @_options("base_profile", "out_path", "table_json", "measure_table", "table_device",
+          "table_url", "table_model", "protocol", "input_name", "batch_sizes", "lengths",
           "table_budget_s")
+@json_option
 def table(**given) -> None:
-    """A measured cost table (--table-json FILE, or --measure on this host) written into
-    --base-profile as cost_model.table, saved to --out."""
-    opts = {**_UNSET, **given}
-    if bool(opts["table_json"]) == bool(opts["measure_table"]):
-        raise click.UsageError("give exactly one of --table-json FILE and --measure")
-    write_table(opts)
+    """A measured cost table written into --base-profile as cost_model.table, saved to
+    --out: from a file (--table-json), the MiniLM executor on this host (--measure), or
+    your own inner model through its Triton endpoint (--url HOST:PORT --model NAME)."""
+    write_table({**_UNSET, **given})

@@ -1,5 +1,5 @@
 """Cold start: explicit control off, a sweep, the boundaries into a profile, and a
-control-effect baseline; and the cost-table writer (``calibrate table``).
+control-effect baseline; and the design's conservative start (``calibrate reset``).
 """
 
 from __future__ import annotations
@@ -26,27 +26,8 @@ from .common import (CalibrateDeps, DEFAULT_INPUT, DEFAULT_SWEEP, SAMPLE_INTERVA
                      describe_emulation, profile_dir, progress, resolve_sla_scale, show_path,
                      parse_rates)
 from .tables import crossing_table, plot_curve, reset_parameters, sweep_table, threshold_table
+from ..output import echo_for, emit_json
 from ..report import fmt_num
-
-
-def write_table(opts: Mapping[str, Any]) -> None:
-    """calibrate table: a measured cost table into a profile."""
-    from ..cost_table_io import measure_minilm_table, read_table_json, write_table_profile
-
-    if not opts["base_profile"]:
-        raise click.UsageError("calibrate table needs --base-profile")
-    try:
-        if opts["table_json"]:
-            rows, source = read_table_json(opts["table_json"])
-        else:
-            base = load_profile(opts["base_profile"])
-            rows, source = measure_minilm_table(base, opts["table_device"],
-                                                opts["table_budget_s"])
-        profile = write_table_profile(opts["base_profile"], opts["out_path"], rows, source)
-    except (ProfileError, OSError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"{opts['out_path']}: cost_model.table with {len(profile.cost_model.table)} "
-               f"cells ({profile.cost_model.table_source}); validated")
 
 
 def reset_profile(opts: Mapping[str, Any]) -> None:
@@ -184,9 +165,14 @@ def run_cold_start(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -
     text = "\n".join(lines) + "\n"
     with open(report_path, "w", encoding="utf-8") as fh:
         fh.write(text)
-    click.echo(text)
+    echo_for(opts.get("as_json", False))(text)
     click.echo("wrote " + ", ".join(show_path(p) for p in (out_path, plot_path, report_path))
-               + ("" if opts["no_baseline"] else f", {show_path(baseline_path)}"))
+               + ("" if opts["no_baseline"] else f", {show_path(baseline_path)}"), err=True)
+    if opts.get("as_json"):
+        emit_json({"kind": "calibrate_cold_start", "model": model, "sla_scale": sla_scale,
+                   "points": points, "calibration": calibration, "profile": out_path,
+                   "plot": plot_path, "report": report_path,
+                   "baseline": None if opts["no_baseline"] else baseline_path})
 
 
 def _sweep_with_control_off(deps: CalibrateDeps, opts, metrics_url: str, settings,

@@ -13,6 +13,7 @@ import click
 from .. import live, perf_analyzer
 from ..benchmark_mode import RECIPE as BENCHMARK_MODE, SERVED_LATE_NOTE
 from ..live import LoadRefused
+from ..output import echo_for, emit_json
 from .cold_start import measure_rates, read_config
 from .common import (ALPHA_RANGE, BASELINE_ALPHA, BASELINE_BETA, BETA_RANGE, CalibrateDeps,
                      command_line, describe_emulation, progress, resolve_sla_scale)
@@ -62,7 +63,10 @@ def run_step(ctx, deps: CalibrateDeps, opts, metrics_url: str, settings) -> None
                                alphas, betas, budget, sla_scale)
     lines = _step_report(ctx, model, rate, settings, sla_scale, results, best,
                          len(alphas) + len(betas) - 1, budget, _step_policy(opts))
-    click.echo("\n".join(lines))
+    echo_for(opts.get("as_json", False))("\n".join(lines))
+    if opts.get("as_json"):
+        emit_json({"kind": "calibrate_step", "model": model, "rate": rate,
+                   "sla_scale": sla_scale, "results": results, "best": best})
 
 
 def _step_walk(deps: CalibrateDeps, opts, metrics_url: str, settings, control, original,

@@ -1,7 +1,7 @@
 """``explicit-batching compare``: the design's A/B on a live server, in ONE run.
 
-The same open-loop load goes to ``<x>_explicit`` and ``<x>_native`` (default
-``emulated_explicit`` / ``emulated_native``) on one running tritonserver, in alternating
+The same open-loop load goes to ``<x>_explicit`` and ``<x>_native`` (``--model x``; the
+demo pair is ``--model emulated``) on one running tritonserver, in alternating
 segments: explicit, native, explicit, native, ... Every segment replays the very same
 trace (same seed: same arrival times, same sequences, same SLAs), so the two models see
 identical load, and alternating spreads whatever else the machine is doing over both.

@@ -15,6 +15,7 @@ from .. import live
 from .. import report
 from ..benchmark_mode import benchmark_mode
 from ..measure import default_metrics_url
+from ..output import echo_for, emit_json, json_option, summary_dict
 from ..workload_spec import (LENGTH_MIXES, SpecError, WorkloadSpec, apply_overrides,
                              load_workload_spec, parse_float_list)
 from simulation import workload as W
@@ -34,8 +35,9 @@ DEFAULT_SPEC = WorkloadSpec(name="compare default", arrival="poisson",
 @click.option("--url", default="localhost:8000", show_default=True,
               help="HTTP host:port of the running tritonserver")
 @click.option("--metrics-url", help="Triton metrics endpoint (default: http://host:<port+2>/metrics)")
-@click.option("--model", "model_base", default="emulated", show_default=True,
-              help="compare <model>_explicit with <model>_native")
+@click.option("--model", "model_base",
+              help="compare <model>_explicit with <model>_native (or name both with "
+                   "--explicit-model and --native-model)")
 @click.option("--explicit-model", help="explicit model name (default <model>_explicit)")
 @click.option("--native-model", help="native model name (default <model>_native)")
 @click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False),
@@ -73,14 +75,18 @@ DEFAULT_SPEC = WorkloadSpec(name="compare default", arrival="poisson",
               help="serve_late: reload the explicit model with control.infeasible_policy="
                    "serve_late for the run (perf_analyzer stops at the first refused request), "
                    "original config restored after; as-configured: leave it as it is")
+@json_option
 def command(url, metrics_url, model_base, explicit_model, native_model, workload_path,
             arrival, rate, duration_s, segments, seed, lengths, sla_classes,
             request_intervals, input_data, out_dir, name, keep_data, gap_s, scrape_period_s,
-            note, infeasible_policy) -> None:
+            note, infeasible_policy, as_json) -> None:
     """Explicit vs native on a live server: the same trace, alternating segments."""
     ctx = click.get_current_context()
     check_trace_options(request_intervals, input_data, workload_path, arrival, rate,
                         duration_s, lengths, sla_classes, seed)
+    if not model_base and not (explicit_model and native_model):
+        raise click.UsageError("name the models: --model BASE (BASE_explicit and BASE_native) "
+                               "or --explicit-model and --native-model")
     http = http_base(url)
     metrics_url = metrics_url or _metrics_url_of(url)
     explicit_model = explicit_model or f"{model_base}_explicit"
@@ -135,7 +141,13 @@ def command(url, metrics_url, model_base, explicit_model, native_model, workload
     finally:
         if not keep_data:
             shutil.rmtree(workdir, ignore_errors=True)
-    click.echo(text)
+    echo_for(as_json)(text)
+    if as_json:
+        emit_json({"kind": "compare", "explicit_model": explicit_model,
+                   "native_model": native_model, "segments": segments,
+                   "failed_segments": len(failed), "offered_rps": n / max(trace_s, 1e-9),
+                   "rows": [summary_dict(summaries[r]) for r in ("explicit", "native")],
+                   "warnings": warnings, "report": os.path.join(out_dir, f"{name}.md")})
     click.echo(f"wrote {os.path.join(out_dir, name + '.md')} and {png}", err=True)
     if failed:
         raise click.ClickException(f"{len(failed)} of {segments} segments failed (see the "

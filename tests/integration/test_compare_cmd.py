@@ -47,7 +47,7 @@ def test_compare_two_short_segments(slowed_server, tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(main, [
         "compare", "--url", slowed_server.http_url, "--metrics-url", slowed_server.metrics_url,
-        "--segments", "2", "--duration-s", "3", "--rate", "20", "--gap-s", "0.5",
+        "--model", "emulated", "--segments", "2", "--duration-s", "3", "--rate", "20", "--gap-s", "0.5",
         "--out", str(out), "--name", "it"])
     assert result.exit_code == 0, result.output + repr(result.exception)
 

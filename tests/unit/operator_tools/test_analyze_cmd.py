@@ -113,7 +113,8 @@ def test_live_mode_samples_the_metrics_port_and_records_a_trace(tmp_path):
     pages = [lag_page(100.0 + (i % 2) * 80, 3.0, met=10 * i) for i in range(31)]
     trace = tmp_path / "t" / "lag.json"
     result = CliRunner().invoke(ana.command, [
-        "--control-feedback-lag", "--metrics-url", "http://m/metrics", "--duration-s", "3",
+        "--control-feedback-lag", "--metrics-url", "http://m/metrics", "--model", MODEL,
+        "--duration-s", "3",
         "--interval-s", "0.1", "--record-trace", str(trace)], obj=live_deps(pages))
     assert result.exit_code == 0, result.output
     assert "31 samples" in result.output
@@ -155,12 +156,14 @@ def test_usage_errors(tmp_path):
     assert runner.invoke(ana.command, ["--metrics-url", "u"]).exit_code == 2
     assert runner.invoke(ana.command, ["--control-feedback-lag"]).exit_code == 2
     result = runner.invoke(ana.command, ["--control-feedback-lag", "--metrics-url", "u",
-                                         "--lower-ms", "300"])
+                                         "--model", MODEL, "--lower-ms", "300"])
     assert result.exit_code == 2 and "--lower-ms" in result.output
+    result = runner.invoke(ana.command, ["--control-feedback-lag", "--metrics-url", "u"])
+    assert result.exit_code == 2 and "--model" in result.output  # no demo model assumed
 
 
 def test_live_mode_without_the_model_on_the_page_fails_clearly():
     result = CliRunner().invoke(ana.command, ["--control-feedback-lag", "--metrics-url", "u",
-                                              "--duration-s", "1"],
+                                              "--model", MODEL, "--duration-s", "1"],
                                 obj=live_deps([lag_page(1, 1, model="other")]))
     assert result.exit_code == 1 and "no lag samples" in result.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from click.testing import CliRunner
 
 from operator_tools import benchmark_mode as bm
 from operator_tools.live import LoadRefused
@@ -115,7 +116,18 @@ def test_command_line_switches_on_and_off(monkeypatch, capsys):
     assert "control.infeasible_policy" not in control.loads[-1]["parameters"]
     assert control.closed
     control._config = control.loads[-1]
-    assert bm.main(["off"]) == 0 and "already off" in capsys.readouterr().out
+    assert bm.main(["--model", "m", "off"]) == 0 and "already off" in capsys.readouterr().out
     refusing = FakeControl(refuse={1})
     monkeypatch.setattr(bm.live, "ModelControl", lambda url, model: refusing)
-    assert bm.main(["on"]) == 1
+    assert bm.main(["--model", "m", "on"]) == 1
+    assert "refused the reload" in capsys.readouterr().err
+
+
+def test_the_python_m_entry_and_the_cli_subcommand_are_one_command(monkeypatch):
+    from operator_tools.cli import main
+
+    control = FakeControl()
+    monkeypatch.setattr(bm.live, "ModelControl", lambda url, model: control)
+    result = CliRunner().invoke(main, ["benchmark-mode", "--model", "m", "on"])
+    assert result.exit_code == 0 and "reloaded with control.infeasible_policy" in result.output
+    assert bm.main(["on"]) == 2  # no demo model assumed: --model is required (usage)

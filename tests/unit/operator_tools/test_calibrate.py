@@ -380,7 +380,7 @@ def invoke(server, args):
 def test_cold_start_sweeps_with_control_off_writes_everything_and_restores(tmp_path, repo):
     server = FakeServer()
     out = tmp_path / "out" / "t4_calibrated.yaml"
-    result = invoke(server, ["cold-start", "--url", "localhost:8000",
+    result = invoke(server, ["cold-start", "--url", "localhost:8000", "--model", "emulated_explicit",
                              "--metrics-url", "http://x/metrics",
                              "--model-repository", str(repo), "--out", str(out),
                              "--rates", "10,20,30,40,50,60"])
@@ -415,7 +415,7 @@ def test_refused_load_measures_as_is_and_says_so(tmp_path, repo):
     server = FakeServer(refuse_load=True)
     out = tmp_path / "p.yaml"
     result = CliRunner().invoke(command, [
-        "cold-start", "--url", "localhost:8000", "--model-repository", str(repo), "--out", str(out),
+        "cold-start", "--url", "localhost:8000", "--model", "emulated_explicit", "--model-repository", str(repo), "--out", str(out),
         "--rates", "10,30,60", "--no-baseline"], obj=server.deps())
     assert result.exit_code == 0, result.output
     assert "refused to reload" in result.output and "--model-control-mode=explicit" in result.output
@@ -427,7 +427,7 @@ def test_refused_load_measures_as_is_and_says_so(tmp_path, repo):
 def test_a_failed_rate_is_reported_and_the_rest_still_calibrate(tmp_path, repo):
     server = FakeServer(fail_rates={50})
     out = tmp_path / "p.yaml"
-    result = invoke(server, ["cold-start", "--url", "localhost:8000", "--model-repository", str(repo),
+    result = invoke(server, ["cold-start", "--url", "localhost:8000", "--model", "emulated_explicit", "--model-repository", str(repo),
                              "--out", str(out), "--rates", "10,20,30,40,50,60", "--no-baseline"])
     assert result.exit_code == 0
     assert "| 50 | failed: deadline infeasible |" in result.output
@@ -437,14 +437,14 @@ def test_a_failed_rate_is_reported_and_the_rest_still_calibrate(tmp_path, repo):
 def test_base_profile_unknown_is_an_error(tmp_path):
     server = FakeServer()
     result = CliRunner().invoke(command, [
-        "cold-start", "--url", "localhost:8000", "--model-repository", str(tmp_path / "nowhere"),
+        "cold-start", "--url", "localhost:8000", "--model", "emulated_explicit", "--model-repository", str(tmp_path / "nowhere"),
         "--out", str(tmp_path / "p.yaml"), "--rates", "10"], obj=server.deps())
     assert result.exit_code == 1 and "--base-profile" in result.output
 
 
 def test_step_walks_alpha_then_beta_reloading_each_setting(tmp_path):
     server = FakeServer()
-    result = invoke(server, ["step", "--url", "localhost:8000", "--rates", "30"])
+    result = invoke(server, ["step", "--url", "localhost:8000", "--model", "emulated_explicit", "--rates", "30"])
     assert result.exit_code == 0, result.output
     settings = [(c["parameters"]["scheduler.alpha"]["string_value"],
                  c["parameters"]["scheduler.beta"]["string_value"])
@@ -458,7 +458,7 @@ def test_step_walks_alpha_then_beta_reloading_each_setting(tmp_path):
 
 def test_step_is_bounded_by_max_steps(tmp_path):
     server = FakeServer()
-    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--model", "emulated_explicit", "--step-rate", "30",
                              "--max-steps", "2"])
     assert result.exit_code == 0
     assert len(server.runs) == 2
@@ -467,7 +467,7 @@ def test_step_is_bounded_by_max_steps(tmp_path):
 
 def test_step_without_explicit_model_control_fails_clearly():
     server = FakeServer(refuse_load=True)
-    result = CliRunner().invoke(command, ["step", "--url", "localhost:8000", "--rates", "30"],
+    result = CliRunner().invoke(command, ["step", "--url", "localhost:8000", "--model", "emulated_explicit", "--rates", "30"],
                                 obj=server.deps())
     assert result.exit_code == 1 and "--model-control-mode=explicit" in result.output
 
@@ -475,18 +475,18 @@ def test_step_without_explicit_model_control_fails_clearly():
 def test_sweep_needs_rates_and_out(tmp_path, monkeypatch):
     monkeypatch.setattr(cold_start, "DEFAULT_SWEEP", str(tmp_path / "absent.yaml"))
     server = FakeServer()
-    result = CliRunner().invoke(command, ["cold-start", "--url", "h:1",
+    result = CliRunner().invoke(command, ["cold-start", "--url", "h:1", "--model", "emulated_explicit",
                                               "--out", str(tmp_path / "p.yaml")],
                                 obj=server.deps())
     assert result.exit_code == 2 and "--rates" in result.output
-    result = CliRunner().invoke(command, ["cold-start", "--url", "h:1", "--rates", "10"],
+    result = CliRunner().invoke(command, ["cold-start", "--url", "h:1", "--model", "emulated_explicit", "--rates", "10"],
                                 obj=server.deps())
     assert result.exit_code == 2 and "--out" in result.output
 
 
 def test_step_reloads_each_setting_in_benchmark_mode_and_says_so():
     server = FakeServer()
-    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--model", "emulated_explicit", "--step-rate", "30",
                              "--max-steps", "2"])
     assert result.exit_code == 0, result.output
     stepped = [c["parameters"] for c in server.loads if "scheduler.alpha" in c["parameters"]]
@@ -497,8 +497,29 @@ def test_step_reloads_each_setting_in_benchmark_mode_and_says_so():
 
 def test_step_as_configured_leaves_the_policy():
     server = FakeServer()
-    result = invoke(server, ["step", "--url", "localhost:8000", "--step-rate", "30",
+    result = invoke(server, ["step", "--url", "localhost:8000", "--model", "emulated_explicit", "--step-rate", "30",
                              "--max-steps", "1", "--infeasible-policy", "as-configured"])
     assert result.exit_code == 0, result.output
     assert all("control.infeasible_policy" not in c["parameters"] for c in server.loads)
     assert "a refused request ends its run" in result.output
+
+
+def test_cold_start_and_step_json_hold_the_figures_alone_on_stdout(tmp_path, repo):
+    out = tmp_path / "t4_calibrated.yaml"
+    result = invoke(FakeServer(), ["cold-start", "--url", "localhost:8000", "--model",
+                                   "emulated_explicit", "--metrics-url", "http://x/metrics",
+                                   "--model-repository", str(repo), "--out", str(out),
+                                   "--rates", "10,20,30,40,50,60", "--no-baseline", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "calibrate_cold_start" and doc["profile"] == str(out)
+    assert [p["rate"] for p in doc["points"]] == [10, 20, 30, 40, 50, 60]
+    assert doc["calibration"]["thresholds"]["utilization_danger"] == \
+        load_profile(str(out)).control.utilization_danger
+    result = invoke(FakeServer(), ["step", "--url", "localhost:8000", "--model",
+                                   "emulated_explicit", "--step-rate", "30", "--max-steps", "2",
+                                   "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "calibrate_step" and len(doc["results"]) == 2
+    assert doc["best"] in doc["results"]

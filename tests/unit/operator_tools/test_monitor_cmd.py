@@ -81,7 +81,7 @@ def baseline_file(tmp_path, pages, wrap=True):
 
 def check(tmp_path, now_pages, base_pages=None, extra=()):
     base = baseline_file(tmp_path, base_pages or steady_pages())
-    return CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "http://m/metrics",
+    return CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "http://m/metrics", "--model", MODEL,
                                             "--baseline", base, "--window-s", "5", *extra],
                               obj=fake_sampler(now_pages))
 
@@ -220,12 +220,12 @@ def test_profile_change_since_the_baseline_is_pointed_out(tmp_path):
 
 def test_record_baseline_round_trips(tmp_path):
     path = tmp_path / "b" / "recorded.json"
-    result = CliRunner().invoke(mon.command, ["--record-baseline", str(path), "--metrics-url", "u",
+    result = CliRunner().invoke(mon.command, ["--record-baseline", str(path), "--metrics-url", "u", "--model", MODEL,
                                               "--window-s", "5"], obj=fake_sampler(steady_pages()))
     assert result.exit_code == 0, result.output
     effect, doc = mon.load_baseline(str(path))
     assert effect.sla_attainment == {"le200ms": 1.0} and effect.mean_batch_size == pytest.approx(4.0)
-    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u",
+    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u", "--model", MODEL,
                                               "--baseline", str(path), "--window-s", "5"],
                                 obj=fake_sampler(steady_pages()))
     assert "verdict: no drift" in result.output
@@ -240,28 +240,38 @@ def test_bare_effect_and_yaml_baselines_are_accepted(tmp_path):
 def test_bad_baseline_and_bad_usage(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"nothing": 1}')
-    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u",
+    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u", "--model", MODEL,
                                               "--baseline", str(bad)], obj=fake_sampler(steady_pages()))
     assert result.exit_code == 1 and "sla_attainment" in result.output
-    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u"])
+    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u",
+                                              "--model", MODEL])
     assert result.exit_code == 2 and "--baseline" in result.output
+    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u",
+                                              "--baseline", str(bad)])
+    assert result.exit_code == 2 and "--model" in result.output  # no demo model assumed
     result = CliRunner().invoke(mon.command, ["--metrics-url", "u"])
     assert result.exit_code == 2
 
 
-def test_unreachable_metrics_port_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("error, exit_code", [
+    (ConnectionRefusedError(111, "Connection refused"), 3),  # cannot reach: exit 3
+    (OSError("Input/output error"), 1),  # reached, but no page: the command's own error
+])
+def test_unreachable_metrics_port_exits_3_and_another_failure_1(tmp_path, error, exit_code):
     def sample(url, model, duration_s, interval_s):
         clock = FakeClock()
 
         def fetch(u):
-            raise OSError("connection refused")
+            raise error
         return live.sample_series(url, model, duration_s, interval_s, fetch=fetch, clock=clock,
                                   sleep=clock.sleep)
     base = baseline_file(tmp_path, steady_pages())
-    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u",
+    result = CliRunner().invoke(mon.command, ["--check-metric-drift", "--metrics-url", "u", "--model", MODEL,
                                               "--baseline", base],
                                 obj=live.SamplingDeps(sample=sample))
-    assert result.exit_code == 1 and "connection refused" in result.output
+    assert result.exit_code == exit_code, result.output
+    assert str(error.strerror or error) in result.output
+    assert len(result.output.strip().splitlines()) == 2  # "watching ..." and one error line
 
 
 def test_check_drift_directly():
