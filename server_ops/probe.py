@@ -11,8 +11,8 @@ batch), a "not healthy" error, or no server is a failure.
     python -m server_ops.probe --url 127.0.0.1:8000 --model my_encoder_explicit
 
 Exit 0: alive; 1: the model failed the probe (the reason on stderr); 2: bad arguments.
-``deploy/kubernetes/deployment.yaml`` runs it as the liveness probe (an exec probe in the
-tritonserver container, which has the project's ``server`` extra installed).
+``deploy/kubernetes/base/deployment.yaml`` runs it as the liveness probe (an exec probe in
+the tritonserver container, which has the project's ``server`` extra installed).
 """
 
 from __future__ import annotations

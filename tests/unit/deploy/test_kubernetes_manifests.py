@@ -1,49 +1,35 @@
-"""deploy/kubernetes/ validated offline: every built-in kind against Kubernetes 1.30's
-schemas (kubernetes-validate, strict: no unknown field), the PodMonitor's shape, and the
-references between the manifests (selectors, named ports, the autoscaler's metric and the
-series it comes from, a grace period that covers the drain)."""
+"""deploy/kubernetes/base/ validated offline: every built-in kind against Kubernetes 1.30's
+schemas (kubernetes-validate, strict: no unknown field), the custom kinds' shape
+(manifests.py), and the references between the manifests (selectors, named ports, the
+autoscaler's metric and the series it comes from, a grace period that covers the drain).
+The overlays and their committed rendering: test_kustomize.py."""
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
-from triton_backend.metric_catalog import GAUGES, PREFIX
+from tests.unit.deploy.manifests import NAME, base_documents, validate
+from triton_backend.metric_catalog import LATENCY_HISTOGRAMS, PREFIX
 from triton_backend.model_settings import SHUTDOWN_DRAIN_S
 
-KUBERNETES_VERSION = "1.30.0"
-MANIFESTS = os.path.join(REPO_ROOT, "deploy", "kubernetes")
-NAME = {"app.kubernetes.io/name": "triton-explicit"}
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "PodMonitor")}
-
-
-def _documents() -> dict[str, dict]:
-    docs = {}
-    for path in sorted(glob.glob(os.path.join(MANIFESTS, "*.yaml"))):
-        with open(path) as fh:
-            for doc in yaml.safe_load_all(fh):
-                docs[doc["kind"]] = doc
-    return docs
-
-
-DOCS = _documents()
+BASE_DOCS = base_documents()
+DOCS = {d["kind"]: d for d in BASE_DOCS if d["kind"] != "Service"}
+SERVICES = {d["metadata"]["name"]: d for d in BASE_DOCS if d["kind"] == "Service"}
 
 
 def test_every_piece_is_there():
-    assert set(DOCS) == {"Deployment", "Service", "PodMonitor", "ConfigMap",
+    assert [d["kind"] for d in BASE_DOCS].count("Service") == 2
+    assert set(DOCS) == {"Deployment", "PodMonitor", "PrometheusRule", "ConfigMap",
                          "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"}
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, d in DOCS.items()
-                                        if (d["apiVersion"], k) not in CUSTOM_KINDS))
-def test_built_in_kinds_validate_strictly(kind):
-    kubernetes_validate.validate(DOCS[kind], KUBERNETES_VERSION, strict=True)
+@pytest.mark.parametrize("doc", BASE_DOCS, ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_every_document_validates(doc):
+    validate(doc)
 
 
 def test_a_misspelt_field_is_caught():
@@ -51,7 +37,7 @@ def test_a_misspelt_field_is_caught():
     broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = \
         broken["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+        validate(broken)
 
 
 def _pod() -> dict:
@@ -66,7 +52,8 @@ def _container() -> dict:
 def test_selectors_name_the_pods():
     assert _pod()["metadata"]["labels"] == NAME
     assert DOCS["Deployment"]["spec"]["selector"]["matchLabels"] == NAME
-    assert DOCS["Service"]["spec"]["selector"] == NAME
+    for service in SERVICES.values():
+        assert service["spec"]["selector"] == NAME
     assert DOCS["PodMonitor"]["spec"]["selector"]["matchLabels"] == NAME
     assert DOCS["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == NAME
     target = DOCS["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
@@ -88,8 +75,13 @@ def test_probes_and_ports_are_tritons():
     probe_timeout = float(command[command.index("--timeout-s") + 1])
     assert live["timeoutSeconds"] > probe_timeout
     assert live["periodSeconds"] * live["failureThreshold"] <= 10
-    # The metrics port is scraped on the pods, never offered through the Service.
-    assert {p["targetPort"] for p in DOCS["Service"]["spec"]["ports"]} == {"http", "grpc"}
+    # HTTP through the ClusterIP Service, gRPC only through the headless one (balanced per
+    # request by the client); the metrics port is scraped on the pods, offered by neither.
+    offered = {name: {p["targetPort"] for p in s["spec"]["ports"]}
+               for name, s in SERVICES.items()}
+    assert offered == {"triton-explicit": {"http"}, "triton-explicit-grpc": {"grpc"}}
+    assert "clusterIP" not in SERVICES["triton-explicit"]["spec"]
+    assert SERVICES["triton-explicit-grpc"]["spec"]["clusterIP"] == "None"
     (endpoint,) = DOCS["PodMonitor"]["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
 
@@ -102,14 +94,17 @@ def test_the_grace_period_covers_the_pre_stop_the_drain_and_tritons_exit_timeout
     assert _pod()["spec"]["terminationGracePeriodSeconds"] >= pre_stop + exit_timeout
 
 
-def test_the_autoscaler_reads_the_metric_the_adapter_makes_from_a_plugin_gauge():
+def test_the_autoscaler_reads_the_metric_the_adapter_makes_from_the_queue_wait():
     (metric,) = DOCS["HorizontalPodAutoscaler"]["spec"]["metrics"]
     rules = yaml.safe_load(DOCS["ConfigMap"]["data"]["config.yaml"])["rules"]
     (rule,) = rules
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
     series = re.match(r"(\w+)\{", rule["seriesQuery"]).group(1)
-    assert series.startswith(PREFIX) and series[len(PREFIX):] in GAUGES
-    assert "<<.Series>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
+    assert series == f"{PREFIX}queue_duration_seconds_count"
+    assert "queue_duration_seconds" in LATENCY_HISTOGRAMS
+    # The adapter fills these per request; the query itself is run by
+    # test_prometheus_rules.py.
+    assert "<<.LabelMatchers>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
     assert metric["pods"]["target"]["type"] == "AverageValue"
 
 
