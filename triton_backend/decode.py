@@ -84,6 +84,9 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
                 f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
                 f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
             continue
+        if timeout_ms:
+            ticket.timeout_ms = timeout_ms
+            ticket.timeout_deadline_s = arrival_s + timeout_ms / 1000.0
         ticket.input_ids = decoded.input_ids
         ticket.decoded = decoded if contract is not None else None
         call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,

@@ -247,6 +247,7 @@ class ExplicitModel:
             self.runner.stopping = True
             self._cond.notify_all()
         self.driver.stop(SHUTDOWN_DRAIN_S)  # the threaded driver serves what is queued
+        self.runner.timeouts.stop(SHUTDOWN_DRAIN_S)
         self._metrics_stop.set()
         if self._metrics_thread is not None:
             self._metrics_thread.join(timeout=SHUTDOWN_DRAIN_S)

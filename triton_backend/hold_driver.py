@@ -24,7 +24,8 @@ Invariants:
 * a request whose client ``timeout`` has already passed at hand-over is refused at once,
   naming it (Triton's queue enforces timeouts only under a queue policy, which would turn
   its prefetch off); one handed over in time has the shorter of its SLA and its
-  timeout as its deadline (``request_decoding.decode_sla``).
+  timeout as its deadline (``request_decoding.decode_sla``), and is answered at that
+  deadline if its batch has not answered it by then (``timeout_guard.TimeoutGuard``).
 
 The driver holds no scheduling logic: ``runner.Runner`` carries out the engine's steps
 (``scheduler_core/engine.py``), ``decode.decode_call`` decodes, and the call's answers
@@ -96,6 +97,7 @@ class HoldDriver:
                 runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
                                                    len(call.queued))
         queued = call.queued
+        runner.watch_timeouts(queued)
         whole = runner.take_whole(queued) if queued else None
         if whole is not None:  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),

@@ -37,6 +37,7 @@ from sidecar.sampler import HEALTH_VALUE, usable
 
 from .answers import Answers, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
+from .timeout_guard import TimeoutGuard
 from .control_metrics import ControlMetrics
 from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
@@ -121,6 +122,7 @@ class Runner:
         self.batch_timeout_floor_s = batch_timeout_floor_s
         self._running: _Running | None = None  # the batch on the executor (the watchdog's)
         self.hung_batches = 0
+        self.timeouts = TimeoutGuard(answers, model_name, clock)
 
     # -- arrivals ---------------------------------------------------------------------
     def submit_locked(self, queued: list[QueuedRequest], now: float
@@ -141,6 +143,12 @@ class Runner:
             refused = self.submit_locked(queued, now)
             self.cond.notify()
         self.refuse(*refused)
+
+    def watch_timeouts(self, queued: Sequence[QueuedRequest]) -> None:
+        """Have the requests that carry a client timeout answered at its deadline if they
+        are still unanswered then (``timeout_guard``)."""
+        self.timeouts.watch([(r.handle, r.handle.timeout_deadline_s, r.handle.timeout_ms)
+                             for r in queued if r.handle.timeout_ms])
 
     def refuse(self, requests: Sequence[QueuedRequest], kind: str, message: str) -> None:
         self.answers.refuse([r.handle for r in requests], kind, message)
@@ -252,9 +260,12 @@ class Runner:
     def _drop_cancelled(self, batch: Sequence[QueuedRequest], now: float
                         ) -> list[QueuedRequest]:
         """Answer requests the client cancelled (gRPC cancel) instead of computing them
-        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more)."""
+        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more); leave out those
+        answered already (a timeout that passed while they queued)."""
         kept, cancelled = [], []
         for r in batch:
+            if r.handle.answered:  # its timeout passed while it queued (timeout_guard)
+                continue
             waited = now - min(r.arrival_s, r.handle.earliest_s)
             if waited >= CANCEL_CHECK_MIN_WAIT_S and self.is_cancelled(r):
                 cancelled.append(r)

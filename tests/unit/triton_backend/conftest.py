@@ -14,10 +14,12 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 
 import pytest
 
 from tests.device_gate import DeviceGate
+from tests.eventually import eventually
 
 PB_UTILS = "triton_python_backend_utils"
 _FAKE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_pb_utils.py")
@@ -124,6 +126,18 @@ class Adapter:
     @staticmethod
     def spy(model) -> ExecutorSpy:
         return ExecutorSpy(model)
+
+    def held_call(self, model, requests) -> tuple[threading.Thread, list]:
+        """``model.execute(requests)`` started in a thread with the device's gate closed,
+        once its first batch is held at the door: (the thread, the list that receives
+        what the call returns)."""
+        self.gate.close()
+        returned: list = []
+        call = threading.Thread(target=lambda: returned.append(model.execute(requests)),
+                                daemon=True)
+        call.start()
+        eventually(lambda: self.gate.held() == 1, what="the batch held at the device's door")
+        return call, returned
 
     def finalize(self, model) -> None:
         """Finalize ``model`` now (once: teardown skips it)."""

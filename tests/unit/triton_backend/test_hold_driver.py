@@ -321,18 +321,11 @@ def test_a_hung_batch_is_answered_internal_by_the_watchdog_once(adapter, pb_util
     requests are answered INTERNAL through their senders while execute() is still inside
     the executor, hung_batches_total counts it, and when the device lets go the call
     returns no second answer for them."""
-    import threading  # noqa: PLC0415
-
     from tests.eventually import eventually  # noqa: PLC0415
 
     model = adapter.model("hold", gated=True, batch_timeout_floor_ms="50")
     requests = [pb_utils.FakeRequest([200 + k, 7], sla_ms=SLA_MS) for k in range(3)]
-    adapter.gate.close()
-    returned = []
-    call = threading.Thread(target=lambda: returned.append(model.execute(requests)),
-                            daemon=True)
-    call.start()
-    eventually(lambda: adapter.gate.held() == 1, what="the batch held at the device's door")
+    call, returned = adapter.held_call(model, requests)
 
     eventually(lambda: all(len(r.sender.sends) == 1 for r in requests),
                what="the watchdog answered the held batch's requests")
