@@ -8,6 +8,7 @@ import os
 import tempfile
 
 from benchmarks import segment_stats as B
+from benchmarks.bench_pa import pa_rows
 from benchmarks.bench_server import Bench, peak_text, explicit_peak, peak_window_ms
 from benchmarks.bench_setup import (CLIENT_TIMEOUT_SLAS, EXPLICIT, FLAT_LABEL, FLAT_PARAMS,
                                     FLAT_PROFILE, H200, H200_LOADS, H200_MODE,
@@ -109,6 +110,12 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
             f"{e.errors.get('UNAVAILABLE', 0)}) native {n.met / dur:.1f} ({n.attainment:.1%}, "
             f"P50 {n.p50_ms:.1f} ms); lag p99 {e.send_lag_p99_ms:.1f}/"
             f"{n.send_lag_p99_ms:.1f} ms")
+
+    # 5. at device speed, the same loads from perf_analyzer (benchmarks/bench_pa.py)
+    if ts == 1.0:
+        run["perf_analyzer"] = pa_rows(bench, {"explicit": (EXPLICIT, data_e),
+                                               "native": (NATIVE, data_n)},
+                                       native_peak, tmp, tag, quick, log)
     return run
 
 

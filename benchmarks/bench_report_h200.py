@@ -9,12 +9,10 @@ import statistics
 from typing import Any, Callable
 
 from . import segment_stats as B
-from benchmarks.bench_targets import (CPU_TARGET_US, OVERLOAD_TARGET, errors_cell, fmt_num,
-                                      fmt_pct, fmt_ratio)
+from benchmarks.bench_pa import pa_markdown, pa_targets
+from benchmarks.bench_targets import (CPU_TARGET_US, H200_GOODPUT_TARGET, H200_P50_MARGIN_MS,
+                                      OVERLOAD_TARGET, errors_cell, fmt_num, fmt_pct, fmt_ratio)
 
-
-H200_GOODPUT_TARGET = 1.0  # x native at every load up to native's knee
-H200_P50_MARGIN_MS = 1.0  # at device speed (the emulation's time scale converted back)
 H200_PAST_KNEE_TARGET = 1.5  # x native between 1.0x and 1.3x of native's peak
 H200_PAST_KNEE_LOADS = (1.0, 1.3)
 H200_OVERLOAD = 2.0
@@ -137,6 +135,7 @@ def h200_run_targets(run: dict, add: Callable[..., None]) -> None:
 
     _peak_target(f"closed-loop peak (concurrency {_peak_concurrency(run)}) vs native", scope,
                  run, PEAK_RATIO_TARGET, add)
+    pa_targets(run, scope, add)
 
     cpu = h200_cpu_us(run)
     if cpu is not None:
@@ -375,7 +374,7 @@ def h200_markdown(h200: dict) -> list[str]:
                     f"{fmt_num(m.p99_ms)} | {refusals(m)} | {others} | "
                     f"{fmt_num(m.stub_cpu_us_per_request, '{:.0f}')} | "
                     f"{fmt_num(m.send_lag_p99_ms, '{:.2f}')} | {fmt_ratio(ratio) if first else ''} |")
-        lines.append("")
+        lines += ["", *pa_markdown(run)]
     host = h200.get("host_bound")
     if host:
         lines += [f"#### Host-bound: EMULATED h200_minilm at time scale {host['time_scale']:g} "

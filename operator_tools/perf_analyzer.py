@@ -10,12 +10,14 @@ Three ways to drive it:
   exactly ``--request-count`` requests, no warm-up), read back from the profile export
   (``--profile-export-file``): every request's send and response timestamps and the
   inputs it carried (``records.RequestRecord``, its wall-clock nanoseconds exact).
+* :func:`run_poisson`: Poisson arrivals at a rate (``--request-distribution poisson``),
+  read back from the profile export like a replay.
 * :func:`load_sweep`: a request-rate sweep definition (YAML) turned into the options of
   one perf_analyzer run per rate.
 
 perf_analyzer stops a run at the first failed request ("Failed to retrieve results from
 inference request", one "Thread [i] had error: ..." line per worker) and then writes no
-export: :func:`replay_trace` returns the error lines instead of requests.
+export: :func:`run_exported` (under both) returns the error lines instead of requests.
 """
 
 from __future__ import annotations
@@ -176,14 +178,35 @@ def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
                  timeout_s: float = 600, extra: Sequence[str] = ()) -> TraceRun:
     """Replay a ``--request-intervals`` trace once: ``request_count`` requests (send k at
     the k-th cumulative interval with data entry k, cycling), asynchronous (open loop),
-    every request's timestamps written to ``export_path`` (replaced if it exists:
-    perf_analyzer refuses an existing export path)."""
+    every request's timestamps written to ``export_path``."""
+    return run_exported(url, model, input_data, ("--request-intervals", intervals_path,
+                                                 "--request-count", str(request_count)),
+                        export_path, protocol, timeout_s, extra)
+
+
+def run_poisson(url: str, model: str, input_data: str, rate_rps: float, measure_ms: int,
+                export_path: str, protocol: str = "grpc", timeout_s: float = 300,
+                trials: int = 3) -> TraceRun:
+    """Poisson arrivals at ``rate_rps`` (``--request-distribution poisson``), ``trials``
+    measurement windows of ``measure_ms`` each, every window counted as stable (as
+    ``RequestRateSweep``), every request's timestamps written to ``export_path``."""
+    return run_exported(url, model, input_data, (
+        "--request-rate-range", f"{rate_rps:g}", "--request-distribution", "poisson",
+        "--measurement-interval", str(measure_ms), "--max-trials", str(trials),
+        "--stability-percentage", "1000"), export_path, protocol, timeout_s)
+
+
+def run_exported(url: str, model: str, input_data: str, load: Sequence[str],
+                 export_path: str, protocol: str = "http", timeout_s: float = 600,
+                 extra: Sequence[str] = ()) -> TraceRun:
+    """One asynchronous (open-loop) perf_analyzer run under the ``load`` options, every
+    request's timestamps written to ``export_path`` (replaced if it exists: perf_analyzer
+    refuses an existing export path). A failed run (perf_analyzer stops at the first
+    request answered with an error) has ``error`` set to its own words."""
     if os.path.exists(export_path):
         os.remove(export_path)
     cmd = (find_perf_analyzer(), "-m", model, "-u", url, "-i", protocol, "--async",
-           "--request-intervals", intervals_path, "--input-data", input_data,
-           "--request-count", str(request_count), "--profile-export-file", export_path,
-           *extra)
+           *load, "--input-data", input_data, "--profile-export-file", export_path, *extra)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               env=perf_analyzer_env())
