@@ -10,9 +10,11 @@ model-config parameter ``control.infeasible_policy=serve_late``: such a request 
 after the feasible work instead (late, so it counts as a missed SLA), and every request gets
 a response. The original config is loaded back afterwards.
 
-Intake hold (the default) ships with Triton's queue in front bounded
-(``default_queue_policy { max_queue_size }``): past it Triton refuses at once, which
-perf_analyzer would stop at too, so benchmark mode also lifts that bound (0: unbounded).
+The shipped default (intake hold) has no queue policy in front. A model configured with a
+bound on Triton's queue (``default_queue_policy { max_queue_size }``) is refused at once
+past it, which perf_analyzer would stop at too, so benchmark mode also lifts that bound (0:
+unbounded) and says so. It changes nothing else: those two settings are the whole
+difference, and the text every caller reports names each one it changed.
 
 Two more limits apply to any run past capacity: the queue grows by (offered - capacity)
 requests per second and a request beyond ``scheduler.max_queued_requests`` (4096 by default) is
@@ -123,8 +125,12 @@ def benchmark_mode(control, original: Mapping[str, Any] | None = None,
         warn(f"warning: {line}")
         yield BenchmarkMode(False, False, line)
         return
+    bound = _queue_bound(original)
+    lifted = (f" and Triton's queue bound in front (max_queue_size {bound}) lifted"
+              if bound else "")
     mode = BenchmarkMode(True, True, f"benchmark mode: the model was reloaded with "
-                                     f"{POLICY_KEY}={SERVE_LATE} for the run; {SERVED_LATE_NOTE}")
+                                     f"{POLICY_KEY}={SERVE_LATE}{lifted} for the run; "
+                                     f"{SERVED_LATE_NOTE}")
     try:
         yield mode
     finally:

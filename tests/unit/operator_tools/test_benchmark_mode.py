@@ -48,8 +48,9 @@ HELD = {**CONFIG, "dynamic_batching": {"max_queue_delay_microseconds": "0", "def
 
 
 def test_benchmark_mode_lifts_triton_queue_bound_and_off_puts_it_back():
-    """intake hold ships Triton's queue bounded; past it Triton refuses at once and
-    perf_analyzer would stop there too. On: unbounded, the bound kept; off: put back."""
+    """A model configured with Triton's queue bounded (not the shipped default): past it
+    Triton refuses at once and perf_analyzer would stop there too. On: unbounded, the
+    bound kept; off: put back."""
     on = bm.benchmark_config(HELD)
     assert on["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 0
     assert on["parameters"]["control.infeasible_policy"] == {"string_value": "serve_late"}
@@ -58,6 +59,20 @@ def test_benchmark_mode_lifts_triton_queue_bound_and_off_puts_it_back():
     assert off["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 128
     assert off["parameters"] == HELD["parameters"]
     assert HELD["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == "128"  # a copy
+
+
+def test_the_mode_names_every_setting_it_changed():
+    """The shipped default (no queue policy) changes one setting, and says only that; a
+    model with Triton's queue bounded also has the lifted bound named."""
+    with bm.benchmark_mode(FakeControl()) as plain:
+        pass
+    with bm.benchmark_mode(FakeControl(HELD)) as held:
+        pass
+    changed = bm.benchmark_config(CONFIG)
+    assert changed["parameters"].pop("control.infeasible_policy") == {"string_value":
+                                                                      "serve_late"}
+    assert changed == CONFIG and "max_queue_size" not in plain.text
+    assert "max_queue_size 128" in held.text and "serve_late" in held.text
 
 
 def test_off_on_a_config_never_switched_on_only_drops_serve_late():
