@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the plugin's intake in every block (default: the shipped "
                              f"one, {EXPLICIT_INTAKE}; another is a variant, named so in "
                              "the report)")
+    parser.add_argument("--hand-over", type=int, default=0, metavar="N",
+                        help="intake hold's hand-over (Triton's max_batch_size in front of "
+                             "the plugin) in every block (default: the shipped one; another "
+                             "is a variant, named so in the report)")
     parser.add_argument("--render", metavar="PICKLE",
                         help="only rewrite the report from a previous run's bench.pickle")
     argv = sys.argv[1:] if argv is None else argv  # the command the report names
@@ -129,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{platform.python_version()}",
                      "quick": args.quick, "emulated": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "capacity_sample": CAPACITY_SAMPLE, "target_capacity_rps": TARGET_CAPACITY_RPS,
-                     "baseline": baseline, "explicit_intake": args.intake}
+                     "baseline": baseline, "explicit_intake": args.intake,
+                     "explicit_hand_over": args.hand_over or None}
     log_path = os.path.join(args.out_dir, "tritonserver.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if SERVER_BLOCKS & set(args.blocks):
         with server:
             log(f"server ready (gRPC {server.grpc_url})")
-            bench = Bench(server, models, args.intake)
+            bench = Bench(server, models, args.intake, args.hand_over or None)
             try:
                 if "ts1" in args.blocks:
                     results["ts1"] = run_ts1_block(bench, args.quick)

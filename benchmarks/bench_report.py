@@ -19,6 +19,7 @@ from benchmarks.bench_targets import (decision_target, errors_cell, fmt_num, kne
                                       minilm_target, nml_goodput_target, overload_target, fmt_pct,
                                       seventy_percent_targets, ts1_targets, verdict_text,
                                       fmt_ratio, block_knee, poisson_ladder)
+from server_ops.intake_config import HOLD_MAX_HAND_OVER
 from triton_backend.intake import DEFAULT_INTAKE
 
 
@@ -300,6 +301,12 @@ def server_crash_lines(crashes: list[dict]) -> list[str]:
 def intake_line(results: dict) -> str:
     """The plugin's intake in this run, when it is not the shipped default."""
     intake = results.get("explicit_intake")
+    hand_over = results.get("explicit_hand_over")
+    if hand_over:
+        return (f" **Explicit here is a VARIANT: `intake: {intake or DEFAULT_INTAKE}` with a "
+                f"hand-over of {hand_over} requests** (Triton's `max_batch_size` in front of "
+                "the plugin) in every block (the shipped default hands over "
+                f"{HOLD_MAX_HAND_OVER}).")
     if not intake or intake == DEFAULT_INTAKE:
         return ""
     return (f" **Explicit here is a VARIANT: `intake: {intake}`** in every block (the shipped "

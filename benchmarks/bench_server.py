@@ -20,7 +20,7 @@ from operator_tools.measure import (PeriodicSampler, Sample, busy_series, inside
                                     padding_waste, queue_gauges)
 from operator_tools.perf_analyzer import run_request_rate
 from scheduler_core.scheduler import Scheduler
-from server_ops.intake_config import gather_config_json
+from server_ops.intake_config import gather_config_json, hold_config_json
 from server_ops.launcher import TritonServer
 from sidecar.triton_metrics import MetricsParseError, fetch_url, model_sample_sum
 from simulation import baselines
@@ -57,12 +57,14 @@ class BatchMonitor:
 
 class Bench:
     def __init__(self, server: TritonServer, models: Sequence[str] = (),
-                 explicit_intake: str = EXPLICIT_INTAKE):
+                 explicit_intake: str = EXPLICIT_INTAKE, hand_over: int | None = None):
         """``models``: what ``server`` loads at its start (its --load-model arguments);
-        ``explicit_intake``: the plugin's intake in every block (a variant other than the
-        shipped default is named in the report's first lines)."""
+        ``explicit_intake``: the plugin's intake in every block, ``hand_over`` intake
+        hold's hand-over (None: the shipped one); a variant other than the shipped default
+        is named in the report's first lines."""
         self.server = server
         self.explicit_intake = explicit_intake
+        self.hand_over = hand_over
         self.monitor = BatchMonitor(server)
         self.controls: dict[str, ModelControl] = {}
         self.base_configs: dict[str, dict] = {}
@@ -98,6 +100,8 @@ class Bench:
             config["dynamic_batching"] = native.dynamic_batching()
         if max_batch_size is not None:
             config["max_batch_size"] = int(max_batch_size)
+        elif model == EXPLICIT and self.hand_over:
+            config = hold_config_json(config, self.hand_over)
         ctl.load(config)
         self.live[model] = config
 

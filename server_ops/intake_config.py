@@ -85,14 +85,27 @@ def hold_config(config: str, max_hand_over: int = HOLD_MAX_HAND_OVER,
     front (see ``_batcher_in_front``). ``max_queue_size`` > 0 bounds Triton's queue to that
     many waiting requests (past it Triton refuses at once, UNAVAILABLE; a client's
     ``timeout`` honoured there) at the cost HOLD_MAX_QUEUE_SIZE describes; 0: no policy."""
-    model = _batcher_in_front(parse(config), max_hand_over, priority_levels)
+    return render(_hold(parse(config), max_hand_over, priority_levels, max_queue_size), config)
+
+
+def hold_config_json(config: dict, max_hand_over: int = HOLD_MAX_HAND_OVER) -> dict:
+    """``config`` in Triton's JSON form switched to ``intake: hold`` with a hand-over of
+    ``max_hand_over`` requests, as ``hold_config`` switches a ``config.pbtxt``."""
+    model = json_format.ParseDict(config, mc.ModelConfig(), ignore_unknown_fields=True)
+    return json_format.MessageToDict(_hold(model, max_hand_over, 0, HOLD_MAX_QUEUE_SIZE),
+                                     preserving_proto_field_name=True)
+
+
+def _hold(model: mc.ModelConfig, max_hand_over: int, priority_levels: int,
+          max_queue_size: int) -> mc.ModelConfig:
+    model = _batcher_in_front(model, max_hand_over, priority_levels)
     model.dynamic_batching.ClearField("default_queue_policy")
     if max_queue_size > 0:
         policy = model.dynamic_batching.default_queue_policy
         policy.timeout_action = mc.ModelQueuePolicy.REJECT
         policy.allow_timeout_override = True
         policy.max_queue_size = max_queue_size
-    return render(_with_intake(model, "hold"), config)
+    return _with_intake(model, "hold")
 
 
 def _gather(model: mc.ModelConfig, max_hand_over: int, priority_levels: int

@@ -26,3 +26,12 @@ def test_a_variant_intake_is_named_as_a_variant_beside_the_default():
     line = intake_line({"explicit_intake": "gather"})
     assert "VARIANT" in line and "`intake: gather`" in line
     assert f"`intake: {DEFAULT_INTAKE}`" in line
+
+
+def test_a_variant_hand_over_is_named_with_the_shipped_one():
+    from server_ops.intake_config import HOLD_MAX_HAND_OVER  # noqa: PLC0415
+
+    line = intake_line({"explicit_intake": DEFAULT_INTAKE, "explicit_hand_over": 128})
+    assert "VARIANT" in line and "hand-over of 128 requests" in line
+    assert f"hands over {HOLD_MAX_HAND_OVER}" in line
+    assert intake_line({"explicit_intake": DEFAULT_INTAKE, "explicit_hand_over": None}) == ""
