@@ -70,7 +70,7 @@ class Ticket:
     which to ask whether its client cancelled it."""
 
     __slots__ = ("request", "outbox", "slot", "sender", "input_ids", "decoded", "earliest_s",
-                 "timeout_ms", "timeout_deadline_s", "answered")
+                 "answered")
 
     def __init__(self, request: Any, outbox: Any, slot: int = -1, sender: Any = None,
                  earliest_s: float = math.inf):
@@ -81,10 +81,6 @@ class Ticket:
         self.input_ids: np.ndarray | None = None
         self.decoded = None  # any other tensor contract: the whole request
         self.earliest_s = earliest_s
-        # Its client's Triton timeout (0: none) and the deadline it sets, as the plugin
-        # dates the arrival (decode.decode_call; kept by timeout_guard.TimeoutGuard).
-        self.timeout_ms = 0.0
-        self.timeout_deadline_s = math.inf
         self.answered = False
 
     def answer(self, response) -> bool:

@@ -32,9 +32,12 @@ class DecodedCall:
     """One call's requests, decoded: ``queued`` for the engine, and those that end now,
     each ticket with its message: ``invalid`` (INVALID_ARG), ``failed`` (decoding raised
     something other than an input error: INTERNAL, naming it) and ``expired`` (their client
-    timeout passed in Triton's queue); ``wakes``: the waker's requests (answered empty)."""
+    timeout passed in Triton's queue); ``timed``: the queued ones that carry a client
+    timeout, as ``(ticket, deadline_s, timeout_ms)`` for ``timeout_guard.TimeoutGuard``;
+    ``wakes``: the waker's requests (answered empty)."""
 
     queued: list[QueuedRequest] = field(default_factory=list)
+    timed: list[tuple[Ticket, float, float]] = field(default_factory=list)
     invalid: list[tuple[Ticket, str]] = field(default_factory=list)
     failed: list[tuple[Ticket, str]] = field(default_factory=list)  # decode raised (INTERNAL)
     expired: list[tuple[Ticket, str]] = field(default_factory=list)
@@ -85,8 +88,7 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
                 f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
             continue
         if timeout_ms:
-            ticket.timeout_ms = timeout_ms
-            ticket.timeout_deadline_s = arrival_s + timeout_ms / 1000.0
+            call.timed.append((ticket, arrival_s + timeout_ms / 1000.0, timeout_ms))
         ticket.input_ids = decoded.input_ids
         ticket.decoded = decoded if contract is not None else None
         call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,

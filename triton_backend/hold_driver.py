@@ -97,7 +97,7 @@ class HoldDriver:
                 runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
                                                    len(call.queued))
         queued = call.queued
-        runner.watch_timeouts(queued)
+        runner.timeouts.watch(call.timed)
         whole = runner.take_whole(queued) if queued else None
         if whole is not None:  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),

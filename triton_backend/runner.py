@@ -144,12 +144,6 @@ class Runner:
             self.cond.notify()
         self.refuse(*refused)
 
-    def watch_timeouts(self, queued: Sequence[QueuedRequest]) -> None:
-        """Have the requests that carry a client timeout answered at its deadline if they
-        are still unanswered then (``timeout_guard``)."""
-        self.timeouts.watch([(r.handle, r.handle.timeout_deadline_s, r.handle.timeout_ms)
-                             for r in queued if r.handle.timeout_ms])
-
     def refuse(self, requests: Sequence[QueuedRequest], kind: str, message: str) -> None:
         self.answers.refuse([r.handle for r in requests], kind, message)
 

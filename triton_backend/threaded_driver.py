@@ -65,7 +65,7 @@ class ThreadedDriver:
         runner.answers.refuse_each(call.invalid, "invalid_input")
         runner.answers.refuse_each(call.failed, "decode_failed")
         runner.answers.refuse_each(call.expired, "timed_out")
-        runner.watch_timeouts(call.queued)
+        runner.timeouts.watch(call.timed)
         generation = self.intake.generation()  # a release from now on lets it return
         with runner.cond:  # one wake-up for the whole call
             refused = runner.submit_locked(call.queued, now)
