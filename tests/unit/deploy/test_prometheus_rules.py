@@ -7,13 +7,13 @@ fail and say to run ``make setup``: they are never skipped."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 
 import pytest
 import yaml
 
+from monitoring.queries import adapter_rules, render_adapter_query, rule_groups, series_names
 from tests.conftest import REPO_ROOT
 from triton_backend.metric_catalog import PREFIX, all_metric_names
 
@@ -24,29 +24,27 @@ TRITON_SERIES = {"nv_inference_queue_duration_us", "nv_inference_request_success
                  "nv_inference_request_failure", "nv_inference_count",
                  "nv_inference_compute_infer_duration_us", "nv_inference_pending_request_count"}
 KUBE_STATE_SERIES = {"kube_pod_container_status_restarts_total"}
-# What the adapter fills its template with for a pod metric.
-ADAPTER_TEMPLATE = {
-    "<<.GroupBy>>": "pod",
-    "<<.LabelMatchers>>": 'namespace="ml",pod=~"triton-explicit-a|triton-explicit-b"'}
+# The pods the adapter is asked about in the cases (prometheus-adapter-test.yaml).
+ADAPTER_NAMESPACE, ADAPTER_PODS = "ml", ("triton-explicit-a", "triton-explicit-b")
 
 
-def _load(name: str) -> dict:
+def _read(name: str) -> str:
     with open(os.path.join(BASE, name)) as fh:
-        return yaml.safe_load(fh)
+        return fh.read()
 
 
 def _groups() -> list[dict]:
-    rule = _load("prometheus-rules.yaml")
+    text = _read("prometheus-rules.yaml")
+    rule = yaml.safe_load(text)
     assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
-    return rule["spec"]["groups"]
+    return rule_groups(text)
 
 
 def _adapter_query() -> str:
-    (rule,) = yaml.safe_load(_load("prometheus-adapter-rules.yaml")["data"]["config.yaml"])["rules"]
-    query = rule["metricsQuery"]
-    for placeholder, value in ADAPTER_TEMPLATE.items():
-        query = query.replace(placeholder, value)
-    return query
+    """The one rule's metricsQuery as the adapter renders it for the cases' pods."""
+    (rule,) = adapter_rules(_read("prometheus-adapter-rules.yaml"))
+    series = rule["seriesQuery"].split("{", 1)[0]
+    return render_adapter_query(rule, series, ADAPTER_NAMESPACE, ADAPTER_PODS)
 
 
 def _promtool() -> str:
@@ -111,13 +109,6 @@ def test_every_alert_is_covered_by_a_case():
     assert alerts == tested
 
 
-def _series_names(expr: str) -> set[str]:
-    """The metric names in a PromQL expression: words of the three families' prefixes
-    (label names and values, functions and keywords never start so)."""
-    prefixes = "|".join(map(re.escape, (PREFIX, "nv_", "kube_")))
-    return set(re.findall(rf"\b((?:{prefixes})[a-z0-9_]*)\b", expr))
-
-
 def test_every_expression_names_series_the_pods_or_kube_state_metrics_publish():
     plugin = set()
     for name in all_metric_names():
@@ -125,6 +116,6 @@ def test_every_expression_names_series_the_pods_or_kube_state_metrics_publish():
     known = plugin | TRITON_SERIES | KUBE_STATE_SERIES
     exprs = [r["expr"] for g in _groups() for r in g["rules"]] + [_adapter_query()]
     for expr in exprs:
-        names = _series_names(expr)
+        names = series_names(expr)
         assert names and names <= known, (expr, names - known)
-    assert any(n.startswith(PREFIX) for e in exprs for n in _series_names(e))
+    assert any(n.startswith(PREFIX) for e in exprs for n in series_names(e))
