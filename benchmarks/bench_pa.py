@@ -17,6 +17,7 @@ from benchmarks.bench_targets import (H200_GOODPUT_TARGET, H200_P50_MARGIN_MS, f
                                       fmt_pct)
 from benchmarks.segment_stats import KNEE_ATTAINMENT
 from operator_tools.perf_analyzer import run_poisson
+from scheduler_core.stats import percentile
 
 # Loads as fractions of native's closed-loop peak: low load, two below native's knee, and
 # the rate the perf_analyzer table found the shipped default refusing at (0.94).
@@ -44,18 +45,15 @@ def pa_row(url: str, model: str, input_data: str, rate_rps: float, slas: dict,
         return {"error": run.error}
     start = run.window_start_ns or 0
     measured = [r for r in run.requests if r.sent_ns >= start]
-    answered = sorted(r.latency_ms for r in measured if r.latency_ms is not None)
+    answered = [r.latency_ms for r in measured if r.latency_ms is not None]
     in_sla = sum(1 for r in measured if r.latency_ms is not None
                  and r.latency_ms <= slas.get(r.input_ids, float("inf")))
     last = max((r.response_ns for r in measured if r.response_ns), default=start)
     span_s = max(1e-9, (last - start) / 1e9)
 
-    def pct(q: float) -> float | None:
-        return answered[min(len(answered) - 1, int(q * len(answered)))] if answered else None
-
     return {"error": None, "sent": len(measured), "answered": len(answered),
             "in_sla": in_sla, "attainment": in_sla / len(measured) if measured else None,
-            "p50_ms": pct(0.5), "p99_ms": pct(0.99), "answered_rps": len(answered) / span_s,
+            "p50_ms": percentile(answered, 50), "p99_ms": percentile(answered, 99), "answered_rps": len(answered) / span_s,
             "kept_schedule": run.kept_schedule}
 
 
