@@ -7,11 +7,9 @@ plots. ``targets(results)`` is the verdict table on its own (unit-tested).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-from typing import Any
 
 from . import segment_stats as B
 from benchmarks.bench_report_h200 import h200_markdown, h200_targets
@@ -182,22 +180,6 @@ def decision_markdown(dec: dict) -> list[str]:
     return lines
 
 
-def plain(obj: Any) -> Any:
-    """``results`` as JSON-ready data: stats and settings as dicts, non-finite floats as
-    None, keys as strings."""
-    if isinstance(obj, B.SegmentStats):
-        return plain(obj.to_dict())
-    if isinstance(obj, B.NativeSetting):
-        return {"label": obj.label, **plain(dataclasses.asdict(obj))}
-    if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def plot(results: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -236,7 +218,7 @@ def plot(results: dict, path: str) -> None:
 def write(results: dict, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "bench.json"), "w", encoding="utf-8") as fh:
-        json.dump(plain(results), fh, indent=1, allow_nan=False)
+        json.dump(B.plain(results), fh, indent=1, allow_nan=False)
     plot(results, os.path.join(out_dir, "goodput.png"))
     rows = targets(results)
     lines = ["# Benchmark: explicit control vs Triton's dynamic batcher", "",

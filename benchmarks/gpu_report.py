@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from benchmarks import segment_stats as B
@@ -133,20 +132,8 @@ def render_report(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def jsonable(obj):
-    if isinstance(obj, B.SegmentStats):
-        return obj.to_dict()
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def write_outputs(results: dict, out_dir: str) -> None:
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump(jsonable(results), fh, indent=1)
+        json.dump(B.plain(results), fh, indent=1)
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as fh:
         fh.write(render_report(results))

@@ -230,3 +230,19 @@ def sustainable(stats: SegmentStats, offered_rps: float, p99_bound_ms: float) ->
         return False
     return (stats.ok >= 0.999 * stats.sent and stats.ok / stats.duration_s >= 0.97 * offered_rps
             and stats.p99_ms <= p99_bound_ms)
+
+
+def plain(obj: Any) -> Any:
+    """``results`` as JSON-ready data: stats and settings as dicts, non-finite floats as
+    None, keys as strings."""
+    if isinstance(obj, SegmentStats):
+        return plain(obj.to_dict())
+    if isinstance(obj, NativeSetting):
+        return {"label": obj.label, **plain(asdict(obj))}
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -131,5 +131,5 @@ def test_targets_compute_ratios_against_the_best_native():
     assert p99["value"] == pytest.approx(20.0 / 40.0)  # the 500 us setting has the best P99
     fluct = rows["utilisation fluctuation at 70 % vs best native"]
     assert fluct["value"] == pytest.approx(0.0)
-    assert R.plain({"x": math.nan, "s": B.NativeSetting(5)})["x"] is None
+    assert B.plain({"x": math.nan, "s": B.NativeSetting(5)})["x"] is None
 
