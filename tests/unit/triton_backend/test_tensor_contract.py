@@ -140,3 +140,13 @@ def test_an_inner_max_batch_size_below_the_batches_sent_is_a_problem_naming_both
 def test_text_that_is_not_a_model_config_is_refused_naming_the_place():
     with pytest.raises(ContractError, match="1:17"):
         parse_inner_config("input [ { name: ")
+
+
+def test_the_stubs_model_config_protobuf_is_tritonclients():
+    """``triton_backend/model_config_pb2.py`` is a copy (the stub has no tritonclient):
+    the same descriptor as the one the launcher and the config writers use."""
+    from tritonclient.grpc import model_config_pb2 as theirs  # noqa: PLC0415
+
+    from triton_backend import model_config_pb2 as ours  # noqa: PLC0415
+
+    assert ours.DESCRIPTOR.serialized_pb == theirs.DESCRIPTOR.serialized_pb
