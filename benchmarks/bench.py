@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only rewrite the report from a previous run's bench.pickle")
     argv = sys.argv[1:] if argv is None else argv  # the command the report names
     args = parser.parse_args(argv)
+    if args.hand_over and args.intake != EXPLICIT_INTAKE:
+        parser.error(f"--hand-over is intake {EXPLICIT_INTAKE}'s; --intake {args.intake} "
+                     "has its own")
     from benchmarks import bench_report  # noqa: PLC0415 - matplotlib only here
 
     if args.render:
