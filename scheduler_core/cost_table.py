@@ -25,6 +25,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
+
 Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
 
 MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
@@ -118,6 +120,41 @@ def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
     return _along(lo, hi, tb)
 
 
+def _segments(axis: Sequence[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_segment`` for every element of ``x``."""
+    if len(axis) == 1:
+        return np.zeros(len(x), dtype=np.int64), np.zeros(len(x))
+    points = np.asarray(axis, dtype=np.float64)
+    i = np.searchsorted(points, x, side="right") - 1
+    before = i < 0
+    i = np.clip(i, 0, len(axis) - 2)
+    t = (x - points[i]) / (points[i + 1] - points[i])
+    return i, np.where(before, 0.0, t)
+
+
+def _along_all(v0: np.ndarray, v1: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``_along``, elementwise (the same float operations)."""
+    value = v0 + (v1 - v0) * t
+    return np.where(t > 1.0, np.maximum(value, v1), value)
+
+
+def _interpolate_grid(batch_sizes: Sequence[int], lengths: Sequence[int],
+                      ms: Sequence[Sequence[float]], ns: np.ndarray,
+                      bs: np.ndarray) -> np.ndarray:
+    """``_interpolate(.., b, n)`` for every n in ``ns`` (rows) and b in ``bs`` (columns)."""
+    grid = np.asarray(ms, dtype=np.float64)
+    i, tb = _segments(batch_sizes, bs)
+    j, tn = _segments(lengths, ns)
+    i, tb = i[None, :], tb[None, :]
+    j, tn = j[:, None], tn[:, None]
+    wide = len(lengths) > 1
+    lo = _along_all(grid[i, j], grid[i, j + 1], tn) if wide else grid[i, 0] + 0.0 * tn
+    if len(batch_sizes) == 1:
+        return lo
+    hi = _along_all(grid[i + 1, j], grid[i + 1, j + 1], tn) if wide else grid[i + 1, 0] + 0.0 * tn
+    return _along_all(lo, hi, tb)
+
+
 class RefitTable:
     """A ``CostTable`` (the seed) times one factor per cell, refit from observed batches.
 
@@ -143,6 +180,13 @@ class RefitTable:
             value = self._memo[key] = _interpolate(self.seed.batch_sizes, self.seed.lengths,
                                                    self._ms, batch_size, length)
         return value
+
+    def lookup_grid_ms(self, lengths: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
+        """``lookup_ms`` for every (length, batch size) pair: rows are ``lengths``,
+        columns ``batch_sizes`` (the batch planner's cost grid, in one pass)."""
+        return _interpolate_grid(self.seed.batch_sizes, self.seed.lengths, self._ms,
+                                 np.asarray(lengths, dtype=np.float64),
+                                 np.asarray(batch_sizes, dtype=np.float64))
 
     def observe(self, batch_size: float, length: float, duration_ms: float) -> None:
         predicted = self.lookup_ms(batch_size, length)

@@ -16,7 +16,9 @@ decision into the logs and the metrics.
   otherwise (its share of an efficient batch of its own length, or running alone).
   A candidate that would make a member miss its deadline is left out only where that pays:
   the guarded plan must keep more requests in time than the arrivals its extra launch
-  delays (``_plan_in_time``).
+  delays (``_plan_in_time``). A padded queue known whole (a hold call's hand-over, with
+  flush) that needs more than one batch runs as the cheapest cut of its sorted lengths
+  (``batch_plan``), tightest deadline first, wherever that keeps everyone in time.
 * ``length_aware_emergency``: the same in the danger zone - small emergency batches for
   urgent work while a burst is young, full efficient batches once behind, optional
   dilution and stopping non-critical work.

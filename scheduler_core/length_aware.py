@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from itertools import islice, repeat
 
+import numpy as np
+
+from .batch_plan import cheapest_plan, padded_costs_ms
 from .candidate import Candidate
 from .controller import ControlState
 from .cost_model import CostEstimator
@@ -163,6 +166,39 @@ class LengthAwareFormer:
             return None  # someone would end late in it: leave the plans above
         return order[:k], first_ms, deadline
 
+    def _planned(self, queue: EntryQueue, pool: list[int], feasible: list[bool],
+                 lengths: list[int], now_s: float, size_cap: int,
+                 duration_cap_ms: float) -> tuple[list[int], float, float] | None:
+        """The first batch of the cheapest padded plan for ``pool`` (a known queue larger
+        than one batch; ``batch_plan``), batches within ``size_cap`` and, but for one
+        request alone, within ``duration_cap_ms``; run tightest deadline first, where every
+        feasible request in it ends in time: (the batch's slots, its estimate, its tightest
+        feasible deadline), else None (the scan decides).
+
+        Why: the scan forms one batch from the most urgent request and leaves out
+        candidates for their padding, so on a launch-bound device a hand-over of two to
+        four batches' worth ran as five to eight, each paying a launch."""
+        host_ms = self.cfg.batch_host_ms
+        slots = np.asarray(pool)
+        by_length = np.argsort(np.asarray(lengths), kind="stable")
+        slots, sorted_lengths = slots[by_length], np.asarray(lengths)[by_length]
+        costs = padded_costs_ms(self.estimator, sorted_lengths, size_cap)
+        if math.isfinite(duration_cap_ms):
+            costs[:, 1:][costs[:, 1:] > duration_cap_ms] = math.inf
+        ends, _ = cheapest_plan(sorted_lengths, costs, self.cfg.max_batch_tokens, host_ms)
+        due = np.where(np.asarray(feasible)[by_length], queue.deadline[slots], math.inf)
+        batches = sorted((float(due[start:end].min()), start, end)
+                         for start, end in zip([0, *ends[:-1]], ends))
+        end_s = now_s
+        for tightest, start, end in batches:  # tightest deadline first
+            end_s += costs[end - 1, end - start - 1] / 1000.0
+            if end_s > tightest:
+                return None
+            end_s += host_ms / 1000.0
+        tightest, start, end = batches[0]
+        return ([int(slot) for slot in slots[start:end]],
+                float(costs[end - 1, end - start - 1]), tightest)
+
     def form(self, queue: EntryQueue, state: ControlState, now_s: float,
              flush: bool) -> Candidate:
         # One function on purpose: the candidate loop below runs up to 8 * size_cap times
@@ -183,12 +219,24 @@ class LengthAwareFormer:
         if hold is not None:
             return hold
         items = queue.items
+        stop = 8 * size_cap if size_cap > 1 else 1
+        stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
+        if (padded and flush and not compensation and not urgent_lane and not stop_noncritical
+                and len(queue) > size_cap):
+            # The whole queue is known (a hold call's hand-over) and needs more than one
+            # batch: the cheapest plan by length, where it keeps everyone in time.
+            planned = self._planned(queue, top[:stop], feasible[:stop], lengths[:stop], now_s,
+                                    size_cap, duration_cap_ms)
+            if planned is not None:
+                slots, est_ms, deadline = planned
+                return Candidate([items[slot] for slot in slots], est_ms,
+                                 len(slots) >= size_cap,
+                                 Reason.FLUSH if flush else Reason.DRAIN, deadline)
 
         seed_ok, seed = feasible[0], items[top[0]]
         seed_deadline = seed.deadline_s if seed_ok else math.inf
         longest = seed.seq_len
         priority_slots = ctl.priority_slots
-        stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
         noncritical_ms = ctl.noncritical_sla_ms
         seed_noncritical = seed.req.sla_ms >= noncritical_ms
         max_waste = ctl.max_padding_waste
@@ -201,8 +249,8 @@ class LengthAwareFormer:
         fixed, per_seq, per_tok, per_sq = (cm.fixed_ms, cm.per_sequence_ms, cm.per_token_ms,
                                            cm.per_token_squared_ms)
         scale, corr = est.time_scale, est.correction
-        # The seed and the candidates after it, most urgent first (none for a batch of one).
-        stop = 8 * size_cap if size_cap > 1 else 1
+        # The seed and the candidates after it, most urgent first (none for a batch of one):
+        # ``stop`` above.
         # Urgency matters only for priority slots and the urgent lane.
         with_urgency = priority_slots > 0 or urgent_lane
         filtering = urgent_lane or stop_noncritical
