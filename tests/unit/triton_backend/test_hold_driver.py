@@ -126,7 +126,8 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
     for i, req in enumerate(requests):
         the_answer(pb_utils, req, returned, i)  # exactly one, wherever it went
     early = sent_early(requests)
-    assert early == model.driver.early_sends == 8  # two batches of 4 before the last
+    # every batch's answers but the last's (ten in batches of at most four: two before it)
+    assert early == model.driver.early_sends and 6 <= early <= 8
     assert sum(r is None for r in returned) == early
     assert all(bool(r.sender.sends) != (returned[i] is not None)
                for i, r in enumerate(requests))
@@ -267,8 +268,10 @@ def test_a_quiet_call_runs_as_handed_and_a_split_one_is_decided(adapter, pb_util
     adapter.finalize(model)
 
     records = timeline_module.read(str(tmp_path / "tl" / "emulated_explicit.timeline.jsonl"))
-    assert [[(b[0], b[5]) for b in r["batches"]] for r in records] == [
-        [(3, "as_handed")], [(4, "length_aware"), (2, "length_aware")]]
+    batches = [[(b[0], b[5]) for b in r["batches"]] for r in records]
+    assert batches[0] == [(3, "as_handed")]
+    assert sorted(batches[1]) in ([(2, "length_aware"), (4, "length_aware")],
+                                  [(3, "length_aware"), (3, "length_aware")])
     assert decided[0] == 0 and decided[1] >= 2
     assert len(spy.computed) == 9
     assert model.scheduler.counts["batches"] == 3 and model.scheduler.counts["requests"] == 9
