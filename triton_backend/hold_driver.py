@@ -9,9 +9,12 @@ design's flow chart: batch conventionally); any other is submitted and decided a
 ``HoldDriver.execute(requests)`` is the whole call. It keeps every request Triton's until
 answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
 call's answers as one list: python_backend r24.10 sends a returned list back in one message,
-while each ``response_sender.send`` is a blocking round trip to the server. An answer goes
-early, through its request's response sender, only when the call's estimated end would
-miss that request's deadline (counted: ``early_sends``).
+while each ``response_sender.send`` is a blocking round trip to the server. After a batch,
+with more of the call to run, the answers made so far go early, through their requests'
+response senders, where waiting for the call's end costs their clients more than the
+sends cost the rest of the call (``SEND_COST_S``: on a device with long batches the first
+batch's answers would otherwise wait a whole batch); otherwise only those the call's
+estimated end would make late go early (counted: ``early_sends``).
 
 Invariants:
 
@@ -49,6 +52,14 @@ from .intake import HoldIntake
 from .runner import Runner
 from .timeline import CallRecord, Timeline
 from .waker import is_wake_request
+
+# What one early answer costs the rest of its call: a send is a blocking round trip to the
+# server, and the stub holds the GIL through it (python_backend r24.10 binds
+# ``InferenceResponseSender.send`` without releasing it), so it cannot overlap the next
+# batch from another thread (tried: on the flat profile at 0.8 of native's peak a sending
+# thread starved the call's own thread of the GIL; calls grew from 15 to 43 requests and
+# the plugin refused). An upper estimate of the round trip on 2 shared cores.
+SEND_COST_S = 0.0001
 
 
 class HoldDriver:
@@ -165,8 +176,8 @@ class HoldDriver:
                          step.estimated_ms, step.former)
             left = runner.engine.queue_depth
             if left:
-                self._send_late_ones(answers, deadlines, record, ended,
-                                     self._remaining_s(record, left))
+                self._send_early(answers, deadlines, record, ended,
+                                 self._remaining_s(record, left), left)
 
     def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
         """The smallest SLA the call carries that one of its requests can meet (the call's
@@ -205,13 +216,18 @@ class HoldDriver:
         return spent / done * left
 
     @staticmethod
-    def _send_late_ones(answers: CallList, deadlines: dict, record: CallRecord, now: float,
-                        remaining_s: float) -> None:
-        """Send the answers made so far that are in time now and would be late at the
-        call's estimated end; the rest wait for the returned list (one already late gains
-        its client nothing worth a round trip)."""
-        end = now + remaining_s
-        for slot, deadline in deadlines.items():
-            if now < deadline < end and answers.answered(slot):
-                answers.send_now(slot)
-                record.early_sends += 1
+    def _send_early(answers: CallList, deadlines: dict, record: CallRecord, now: float,
+                    remaining_s: float, left: int) -> None:
+        """Between batches, ``left`` requests still to run for about ``remaining_s``: send
+        every answer made so far where holding them to the call's end (``remaining_s``
+        each) costs more than sending them delays everyone still waiting in the call
+        (``SEND_COST_S`` each, for the rest and for themselves); else only those in time
+        now that would be late at the call's estimated end (one already late gains its
+        client nothing worth a round trip). The rest go back with the call."""
+        ready = [slot for slot in deadlines if answers.answered(slot)]
+        if remaining_s < SEND_COST_S * (left + len(ready)):
+            end = now + remaining_s
+            ready = [slot for slot in ready if now < deadlines[slot] < end]
+        for slot in ready:
+            answers.send_now(slot)
+            record.early_sends += 1

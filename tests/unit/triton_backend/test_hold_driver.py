@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
 from triton_backend import timeline as timeline_module
+from triton_backend.hold_driver import SEND_COST_S
 
 SLA_MS = 10_000.0  # nothing is late unless a test makes it so
 
@@ -134,17 +135,39 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
 
 
 def test_an_answer_already_late_waits_for_the_list(adapter, pb_utils, monkeypatch):
-    """Sending early cannot make a late answer in time: it goes back with the call."""
+    """With too little of the call ahead to pay for the sends, sending early cannot make a
+    late answer in time: it goes back with the call."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.infeasible_policy": "serve_late"})
     monkeypatch.setattr(type(model.driver), "_remaining_s",
-                        staticmethod(lambda record, left: 1.0))
+                        staticmethod(lambda record, left: SEND_COST_S))
     backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
     requests = requests_of(pb_utils, 10, sla_ms=50.0)
 
     returned = model.execute(requests)
 
     assert sent_early(requests) == 0 and all(r is not None for r in returned)
+
+
+def test_with_a_long_call_ahead_a_finished_batchs_answers_go_early(adapter, pb_utils,
+                                                                    monkeypatch):
+    """Between batches, with more of the call ahead than the sends cost everyone still in
+    it: the answers made so far, late or not, go early through their senders; the last
+    batch's come back in the list; each request has one answer."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
+                                     "control.infeasible_policy": "serve_late"})
+    monkeypatch.setattr(type(model.driver), "_remaining_s",
+                        staticmethod(lambda record, left: 100 * SEND_COST_S))
+    backdate(monkeypatch, model, 1.0)  # waited 1 s: late, and sent early all the same
+    requests = requests_of(pb_utils, 10, sla_ms=50.0)
+
+    returned = model.execute(requests)
+
+    early = sent_early(requests)
+    assert early == model.driver.early_sends and 6 <= early <= 8  # all but the last batch
+    assert sum(r is None for r in returned) == early
+    for i, req in enumerate(requests):
+        the_answer(pb_utils, req, returned, i)
 
 
 def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_path):
