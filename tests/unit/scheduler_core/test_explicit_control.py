@@ -506,6 +506,25 @@ def test_a_host_stall_moves_the_late_share_by_the_device_time_in_it():
                              list(range(9)))
 
 
+def test_a_quiet_spell_clears_the_late_share_on_the_wall_clock():
+    """An overload leaves a high late share; a second with nothing running (the device
+    idle) and then an on-time hand-over brings it down by the wall time, so the quiet
+    load after it is not refused as the overload was."""
+    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.2,
+                         refusal_window_ms=500.0))
+    _busy(s, 1000.0)
+    submit(s, 1.0, *(req(k, 0.0, sla_ms=50.0) for k in range(9)), req(9, 1.0))
+    s.schedule(1.0)
+    s.drain()
+    high = s.late_share
+    assert high > 0.5
+    submit(s, 2.0, req(10, 2.0))
+    s.schedule(2.0)
+    assert s.late_share == pytest.approx(high * math.exp(-1000.0 / 500.0))
+    submit(s, 2.5, req(11, 2.45, sla_ms=40.0), req(12, 2.5))  # late from waiting: served
+    assert s.schedule(2.5).rejected == ()
+
+
 def _busy(s: Scheduler, ms: float) -> None:
     """The device ran batches the cost model puts at ``ms`` (the late share's clock): these
     tests drain their queues without running them, as under load the device would."""
