@@ -3,15 +3,7 @@
 ``late_share`` is the smoothed share of each hand-over that the estimate calls late, with
 the requests whose client timeout passed in Triton's queue counted as late too. It is
 measured once per hand-over, at the first decision after arrivals, so a call counts once
-and not again as its queue drains. It rises on the device's clock: a measurement above
-the share weighs as much as the device's estimated busy time since the last one (at
-most the wall time), so a host stall - a long call or gap during which the device had
-little to do - raises the share little however late the stall made its hand-over look,
-while under load, where the device is busy all along, it is the wall clock. It falls on
-the wall clock, so a quiet spell clears what an overload left. (A 248 ms
-stall at half of native's peak, perf_analyzer on 2 shared cores, had moved the share
-from 0 to 0.35 at once, and the plugin refused what native served late.) It decides two
-things (``ControlConfig``):
+and not again as its queue drains. It decides two things (``ControlConfig``):
 
 * whether a request late from waiting is refused (``refusing_late``: from
   ``refusal_late_share``); one late even alone and at once is refused always;
@@ -36,14 +28,8 @@ class OverloadState:
         self.late_share = 0.0
         self.overloaded = False
         self._at_s = start_s  # when late_share last moved
-        self._busy_ms = 0.0  # the device's estimated busy time since then
         self._arrived = False  # a request was queued since the share was measured
         self._expired = 0  # hand_over_expired's requests, for the next measurement
-
-    def device_busy(self, estimated_ms: float) -> None:
-        """A batch ran that the cost model estimates at ``estimated_ms`` (wall-clock ms,
-        time scale included): the smoothing's clock."""
-        self._busy_ms += estimated_ms
 
     def arrived(self) -> None:
         """Requests were queued: the next decision measures the share."""
@@ -97,16 +83,11 @@ class OverloadState:
         return share <= 0 or self.late_share >= share
 
     def _smooth(self, now_s: float, share: float) -> None:
-        """Move ``late_share`` towards ``share`` (exponentially, over refusal_window_ms of
-        the device's busy time: see the module docstring) and update the overload state."""
-        wall_ms = max(0.0, now_s - self._at_s) * 1000.0
-        # Rising: the device's clock (a stall raises the share little). Falling: the wall
-        # clock, so an idle spell after an overload (the device not busy at all) still
-        # clears the share, as before; on the device's clock it had held until the next
-        # load, and refused at 0.2 of native's peak what an overload had left.
-        elapsed_ms = min(wall_ms, self._busy_ms) if share > self.late_share else wall_ms
-        self._at_s, self._busy_ms = now_s, 0.0
-        weight = 1.0 - math.exp(-elapsed_ms / self.control.refusal_window_ms)
+        """Move ``late_share`` towards ``share`` (exponentially, over refusal_window_ms)
+        and update the overload state."""
+        dt = max(0.0, now_s - self._at_s)
+        self._at_s = now_s
+        weight = 1.0 - math.exp(-dt * 1000.0 / self.control.refusal_window_ms)
         self.late_share += weight * (share - self.late_share)
         ctl = self.control
         if self.late_share >= ctl.overload_late_share:

@@ -327,10 +327,8 @@ class Scheduler(AsHandedRule):
         """Feed back a finished batch: busy time, per-request latency and SLA, cost refit."""
         self.counts["batches"] += 1
         self.counts["requests"] += len(batch)
-        lengths = [r.seq_len for r in batch]
-        self.overload.device_busy(self.estimator.estimate_ms(lengths))
         if succeeded:
-            self.estimator.observe(lengths, (now_s - started_s) * 1000.0)
+            self.estimator.observe([r.seq_len for r in batch], (now_s - started_s) * 1000.0)
         self.controller.batch_finished(batch, now_s, succeeded)
 
     def stats(self, now_s: float) -> SchedulerStats:

@@ -479,7 +479,6 @@ def test_late_requests_are_served_late_until_the_overload_is_sustained():
     refused = []
     for step in range(1, 20):  # every queue mostly late (waited a second), 50 ms apart
         now = 0.05 * step
-        _busy(s, 50.0)  # the device busy all along: a load, not a stall
         submit(s, now, *(req(100 * step + k, now - 1.0, sla_ms=50.0) for k in range(3)),
                req(100 * step + 9, now))
         refused += [r.request_id for r, _ in s.schedule(now).rejected]
@@ -488,53 +487,8 @@ def test_late_requests_are_served_late_until_the_overload_is_sustained():
     assert refused and all(rid % 100 != 9 for rid in refused)  # never the one on time
 
 
-def test_a_host_stall_moves_the_late_share_by_the_device_time_in_it():
-    """The late share's clock is the device's busy time: a hand-over made late by a
-    quarter-second stall during which the device ran one 5 ms batch moves the share by
-    that 5 ms's weight, not the stall's (and refuses nothing under refusal_late_share);
-    the same hand-over after the device was busy all along moves it by the wall time."""
-    shares = {}
-    for busy_ms in (5.0, 250.0):
-        s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.2,
-                             refusal_window_ms=500.0))
-        _busy(s, busy_ms)
-        submit(s, 0.25, *(req(k, 0.0, sla_ms=50.0) for k in range(9)), req(9, 0.25))
-        refused = [r.request_id for r, _ in s.schedule(0.25).rejected]
-        shares[busy_ms] = (s.late_share, refused)
-    assert shares[5.0] == (pytest.approx((1 - math.exp(-5.0 / 500.0)) * 0.9), [])
-    assert shares[250.0] == (pytest.approx((1 - math.exp(-250.0 / 500.0)) * 0.9),
-                             list(range(9)))
-
-
-def test_a_quiet_spell_clears_the_late_share_on_the_wall_clock():
-    """An overload leaves a high late share; a second with nothing running (the device
-    idle) and then an on-time hand-over brings it down by the wall time, so the quiet
-    load after it is not refused as the overload was."""
-    s = make(control=ctl(infeasible_policy="reject", refusal_late_share=0.2,
-                         refusal_window_ms=500.0))
-    _busy(s, 1000.0)
-    submit(s, 1.0, *(req(k, 0.0, sla_ms=50.0) for k in range(9)), req(9, 1.0))
-    s.schedule(1.0)
-    s.drain()
-    high = s.late_share
-    assert high > 0.5
-    submit(s, 2.0, req(10, 2.0))
-    s.schedule(2.0)
-    assert s.late_share == pytest.approx(high * math.exp(-1000.0 / 500.0))
-    submit(s, 2.5, req(11, 2.45, sla_ms=40.0), req(12, 2.5))  # late from waiting: served
-    assert s.schedule(2.5).rejected == ()
-
-
-def _busy(s: Scheduler, ms: float) -> None:
-    """The device ran batches the cost model puts at ``ms`` (the late share's clock): these
-    tests drain their queues without running them, as under load the device would."""
-    s.overload.device_busy(ms)
-
-
 def _mostly_late_step(s: Scheduler, now: float, first_id: int) -> None:
-    """Three requests that waited a second (late for 50 ms) and one on time, decided, the
-    device busy since the last step (50 ms)."""
-    _busy(s, 50.0)
+    """Three requests that waited a second (late for 50 ms) and one on time, decided."""
     submit(s, now, *(req(first_id + k, now - 1.0, sla_ms=50.0) for k in range(3)),
            req(first_id + 9, now))
     s.schedule(now)
@@ -542,7 +496,6 @@ def _mostly_late_step(s: Scheduler, now: float, first_id: int) -> None:
 
 
 def _on_time_step(s: Scheduler, now: float, first_id: int) -> None:
-    _busy(s, 50.0)
     submit(s, now, *(req(first_id + k, now) for k in range(4)))
     s.schedule(now)
     s.drain()
@@ -596,7 +549,6 @@ def test_a_call_budget_refusal_counts_its_refused_share_as_late():
     for call_size in (4, 40, 0):
         s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
         submit(s, 0.0, *(req(k, 0.0) for k in range(3)))
-        _busy(s, 100.0)
         assert len(s.refuse_queued(0.1, call_size)) == 3
         shares[call_size] = s.late_share
     assert shares[4] > shares[40] > shares[0] == 0.0
@@ -610,7 +562,6 @@ def test_a_hand_overs_expired_requests_count_as_late():
     shares = {}
     for expired in (0, 3):
         s = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
-        _busy(s, 100.0)
         s.hand_over_expired(0.1, expired, queued=1)
         assert s.late_share == 0.0  # measured with the hand-over's decision, not before
         submit(s, 0.1, req(1, 0.1))
@@ -619,10 +570,8 @@ def test_a_hand_overs_expired_requests_count_as_late():
     assert shares[0] == 0.0
     assert shares[3] == pytest.approx((1 - math.exp(-1.0)) * 0.75)
     alone = make(control=ctl(infeasible_policy="reject", refusal_window_ms=100.0))
-    _busy(alone, 100.0)
     alone.hand_over_expired(0.1, 2, queued=0)
     assert alone.late_share == pytest.approx(1 - math.exp(-1.0))
-    _busy(alone, 100.0)
     submit(alone, 0.2, req(2, 0.2))
     alone.schedule(0.2)  # the expired ones were counted once, not again here
     assert alone.late_share < 1 - math.exp(-1.0)
