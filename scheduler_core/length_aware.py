@@ -179,9 +179,9 @@ class LengthAwareFormer:
         candidates for their padding, so on a launch-bound device a hand-over of two to
         four batches' worth ran as five to eight, each paying a launch."""
         host_ms = self.cfg.batch_host_ms
-        slots = np.asarray(pool)
-        by_length = np.argsort(np.asarray(lengths), kind="stable")
-        slots, sorted_lengths = slots[by_length], np.asarray(lengths)[by_length]
+        all_lengths = np.asarray(lengths)
+        by_length = np.argsort(all_lengths, kind="stable")
+        slots, sorted_lengths = np.asarray(pool)[by_length], all_lengths[by_length]
         costs = padded_costs_ms(self.estimator, sorted_lengths, size_cap)
         if math.isfinite(duration_cap_ms):
             costs[:, 1:][costs[:, 1:] > duration_cap_ms] = math.inf
@@ -230,8 +230,7 @@ class LengthAwareFormer:
             if planned is not None:
                 slots, est_ms, deadline = planned
                 return Candidate([items[slot] for slot in slots], est_ms,
-                                 len(slots) >= size_cap,
-                                 Reason.FLUSH if flush else Reason.DRAIN, deadline)
+                                 len(slots) >= size_cap, Reason.FLUSH, deadline)
 
         seed_ok, seed = feasible[0], items[top[0]]
         seed_deadline = seed.deadline_s if seed_ok else math.inf
