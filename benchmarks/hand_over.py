@@ -36,7 +36,7 @@ from benchmarks.pages import write_page
 from benchmarks.repository import copy_model
 from sidecar.triton_metrics import fetch_url, parse_metrics, rates as triton_rates, read_samples
 from server_ops.launcher import TritonServer
-from triton_backend.metric_catalog import METRICS_PUBLISH_PERIOD_S, PREFIX
+from triton_backend.metric_catalog import HISTOGRAM_PUBLISH_PERIOD_S, PREFIX
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "hand_over.md")
@@ -70,10 +70,10 @@ def plugin_mean_s(text: str) -> tuple[float, float]:
 
 
 def measure(server: TritonServer, rate: float) -> dict:
-    time.sleep(METRICS_PUBLISH_PERIOD_S + 1.0)  # the last rate's observations are out
+    time.sleep(HISTOGRAM_PUBLISH_PERIOD_S + 1.0)  # the last rate's observations are out
     before = fetch_url(server.metrics_url, 5)
     result = run_load(server.grpc_url, MODEL, arrivals(rate), clients=4, drain_timeout_s=60.0)
-    time.sleep(METRICS_PUBLISH_PERIOD_S + 0.5)
+    time.sleep(HISTOGRAM_PUBLISH_PERIOD_S + 0.5)
     after = fetch_url(server.metrics_url, 5)
     (s0, c0), (s1, c1) = plugin_mean_s(before), plugin_mean_s(after)
     queue_ms = triton_rates(parse_metrics(before), parse_metrics(after), 1.0)[MODEL].avg_queue_ms

@@ -26,6 +26,7 @@ series set appears with its first observation.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -93,6 +94,7 @@ class CountedHistogram:
     def _add(series: list, amount: float) -> None:
         series[1] += amount
         series[0].set(series[1])
+        time.sleep(0)  # set() held the GIL through its round trip: let execute() have it
 
     def _get(self, part: str, extra: tuple, le: str | None = None) -> list:
         key = (part, extra, le)
@@ -185,8 +187,10 @@ class ControlMetrics:
             self._pending_counters[counter] += 1
 
     # -- publishing ----------------------------------------------------------------------
-    def flush(self, stats, sidecar_health: float) -> None:
-        """Publish the gauges from ``stats`` and everything counted since the last flush."""
+    def flush(self, stats, sidecar_health: float, histograms: bool = True) -> None:
+        """Publish the gauges from ``stats`` and everything counted since the last flush;
+        the histograms' series only with ``histograms`` (what they counted is kept for the
+        next publish that sends them)."""
         for name, value in (
                 ("zone", stats.zone), ("prewarmed", 1.0 if stats.prewarmed else 0.0),
                 ("window_seconds", stats.window_ms / 1000.0),
@@ -226,7 +230,8 @@ class ControlMetrics:
             self._count_served(served, sla)
         for key, n in sla.items():
             self._sla[key].increment(n)
-        self._publish_histograms()
+        if histograms:
+            self._publish_histograms()
 
     def _count_served(self, served: list, sla: Counter) -> None:
         """Sort the answered batches' requests into SLA classes (met or missed, into

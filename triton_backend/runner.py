@@ -39,7 +39,8 @@ from .answers import Answers, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .timeout_guard import TimeoutGuard
 from .control_metrics import ControlMetrics
-from .metric_catalog import METRICS_PUBLISH_PERIOD_S, SIDECAR_DISABLED
+from .metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S,
+                             SIDECAR_DISABLED)
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 
 STATS_LOG_PERIOD_S = 5.0
@@ -117,7 +118,7 @@ class Runner:
         self.loop_errors = 0
         self._last_zone = None
         self._last_stats_log = 0.0
-        self._last_flush = 0.0
+        self._last_flush = self._last_histograms = 0.0
         self._flush_lock = threading.Lock()  # one metrics flush at a time
         self.batch_timeout_floor_s = batch_timeout_floor_s
         self._running: _Running | None = None  # the batch on the executor (the watchdog's)
@@ -342,17 +343,21 @@ class Runner:
 
     # -- metrics and logs -------------------------------------------------------------
     def flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
-        """Publish the control metrics once per ``METRICS_PUBLISH_PERIOD_S``; a flush
-        already running elsewhere is not waited for."""
+        """Publish the control metrics once per ``METRICS_PUBLISH_PERIOD_S``, the
+        histograms' series once per ``HISTOGRAM_PUBLISH_PERIOD_S``; a flush already running
+        elsewhere is not waited for."""
         if now - self._last_flush < METRICS_PUBLISH_PERIOD_S:
             return
         if not self._flush_lock.acquire(blocking=False):
             return
         try:
             self._last_flush = now
+            histograms = now - self._last_histograms >= HISTOGRAM_PUBLISH_PERIOD_S
+            if histograms:
+                self._last_histograms = now
             with self.cond:
                 stats = self.scheduler.stats(now)
-            self.metrics.flush(stats, sidecar_health)
+            self.metrics.flush(stats, sidecar_health, histograms)
         finally:
             self._flush_lock.release()
 

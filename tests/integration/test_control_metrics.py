@@ -12,7 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from sidecar.triton_metrics import fetch_url, read_samples
 from tests.eventually import eventually, stays
-from triton_backend.metric_catalog import (COUNTERS, GAUGES, METRICS_PUBLISH_PERIOD_S, PREFIX,
+from triton_backend.metric_catalog import (COUNTERS, GAUGES, HISTOGRAM_PUBLISH_PERIOD_S, PREFIX,
                                           all_metric_names)
 
 pytestmark = pytest.mark.integration
@@ -65,12 +65,12 @@ def _counts(samples) -> dict:
 
 def quiet_scrape(server) -> dict:
     """A scrape once the model has nothing unpublished: its counters stay the same over a
-    latency publish period and a control period more (whatever ran before this test, or
+    histogram publish period and a control period more (whatever ran before this test, or
     in another order, is then all in ``before``)."""
     def steady():
         first = scrape(server)
         stays(lambda: _counts(scrape(server)) == _counts(first),
-              METRICS_PUBLISH_PERIOD_S + 0.2, what="the plugin's counters unchanged")
+              HISTOGRAM_PUBLISH_PERIOD_S + 0.2, what="the plugin's counters unchanged")
         return first
     return eventually(steady, what="the plugin's counters settled")
 

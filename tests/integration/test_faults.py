@@ -24,6 +24,7 @@ from sidecar.triton_metrics import fetch_url, model_sample_sum
 from tests.conftest import SHIPPED_REPOSITORY
 from tests.eventually import eventually, stays
 from tests.integration.collector import Collector
+from triton_backend.metric_catalog import HISTOGRAM_PUBLISH_PERIOD_S
 from triton_backend.model_settings import CANCEL_CHECK_MIN_WAIT_S
 from tests.integration.gates import DeviceGate, TritonCounts, triton_counts, wait_pending
 
@@ -109,6 +110,18 @@ def _metric(server, name: str) -> float:
     return model_sample_sum(fetch_url(server.metrics_url, 5.0), name, MODEL)
 
 
+def _settled_metric(server, name: str) -> float:
+    """The model's series ``name`` once it has stayed put for a histogram publish period:
+    the plugin sends its histograms once per HISTOGRAM_PUBLISH_PERIOD_S, so a value read
+    sooner can still lack batches an earlier test ran."""
+    def steady() -> tuple[float]:
+        value = _metric(server, name)
+        stays(lambda: _metric(server, name) == value, HISTOGRAM_PUBLISH_PERIOD_S + 0.5,
+              what=f"{name} unchanged")
+        return (value,)  # truthy, 0 included
+    return eventually(steady, what=f"{name} settled")[0]
+
+
 def _await_metric(server, name: str, value: float) -> None:
     """The model's counter ``name`` reaches ``value`` (published once per control period,
     from a thread a loaded machine may run late) and stays there for a few periods."""
@@ -182,7 +195,7 @@ def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
     results = Collector()
     try:
         before, plugin_before = triton_counts(url, MODEL), _metric(fault_server, cancelled_counter)
-        computed_before = _metric(fault_server, "explicit_batching_batch_size_sum")
+        computed_before = _settled_metric(fault_server, "explicit_batching_batch_size_sum")
         held = gate.held()
         with gate.closed():
             client.async_infer(MODEL, _inputs(_ids()), results.callback(0))
@@ -216,8 +229,9 @@ def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
             delta = triton_counts(url, MODEL) - before
             return delta if delta.success + delta.failure >= 17 else None
         delta = eventually(all_counted, what="Triton counted all 17 requests")
-        # What the device computed: every sequence of the batches the plugin ran (published
-        # once per control period), and what was answered without compute.
+        # What the device computed: every sequence of the batches the plugin ran (its
+        # histograms go once per HISTOGRAM_PUBLISH_PERIOD_S), and what was answered
+        # without compute.
         computed = "explicit_batching_batch_size_sum"
 
         def outcome() -> tuple[float, float]:

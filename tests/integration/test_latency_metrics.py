@@ -31,7 +31,7 @@ from tests.conftest import SHIPPED_REPOSITORY
 from tests.eventually import eventually, stays
 from tests.integration.gates import triton_counts
 from server_ops.intake_config import hold_config
-from triton_backend.metric_catalog import (LATENCY_BUCKETS, METRICS_PUBLISH_PERIOD_S, PREFIX,
+from triton_backend.metric_catalog import (LATENCY_BUCKETS, HISTOGRAM_PUBLISH_PERIOD_S, PREFIX,
                                           sla_class)
 
 pytestmark = pytest.mark.integration
@@ -142,13 +142,13 @@ def observed(metrics_url: str) -> float:
 
 def settled(metrics_url: str) -> float:
     """Wait until the plugin has published every success Triton counted (it publishes its
-    histograms once per METRICS_PUBLISH_PERIOD_S), and that it stays so for a publish
+    histograms once per HISTOGRAM_PUBLISH_PERIOD_S), and that it stays so for a publish
     period more (no publish half done); returns that count."""
     def agree():
         n = observed(metrics_url)
         return n == triton_counts(metrics_url, MODEL).success and n
     eventually(agree, what="the plugin's histograms count every success Triton counted")
-    stays(agree, METRICS_PUBLISH_PERIOD_S + 0.3, what="the histograms stay settled")
+    stays(agree, HISTOGRAM_PUBLISH_PERIOD_S + 0.3, what="the histograms stay settled")
     return observed(metrics_url)
 
 

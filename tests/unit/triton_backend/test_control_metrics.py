@@ -5,6 +5,7 @@ per-request definition (``metric_catalog.sla_class``, a bucket by ``bisect_left`
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter
 
 import numpy as np
@@ -91,3 +92,50 @@ def test_batch_histograms_are_counted_here_and_published_as_prometheus_series(pb
             == round_ * len(sizes)
         assert pb_utils.metric_value(PREFIX + "formed_batches_total", former="fifo") \
             == round_ * len(sizes)
+
+
+def test_a_flush_without_histograms_keeps_their_counts_for_the_next_publish(pb_utils):
+    """The gauges and counters go at every flush; the histograms' series only where the
+    flush sends them, and then with everything counted since their last publish."""
+    from triton_backend.control_metrics import ControlMetrics
+
+    metrics = ControlMetrics("m", "t4", "test")
+    metrics.on_batch([4, 4, 16], "fifo")
+    metrics.on_served([50.0, 50.0, 50.0], [10.0, 10.0, 10.0], 10.001, 10.002)
+    metrics.flush(_Stats(), 1.0, histograms=False)
+    assert pb_utils.metric_value(PREFIX + "formed_batches_total", former="fifo") == 1
+    assert pb_utils.metric_value(PREFIX + "sla_requests_total", outcome="met") == 3
+    assert pb_utils.metric_value(PREFIX + "batch_size_count") == 0
+    assert pb_utils.metric_value(PREFIX + "request_duration_seconds_count") == 0
+
+    metrics.on_batch([8], "fifo")
+    metrics.on_served([50.0], [10.0], 10.001, 10.002)
+    metrics.flush(_Stats(), 1.0)
+    assert pb_utils.metric_value(PREFIX + "batch_size_count") == 2
+    assert pb_utils.metric_value(PREFIX + "batch_size_sum") == 4
+    assert pb_utils.metric_value(PREFIX + "request_duration_seconds_count") == 4
+    assert pb_utils.metric_value(PREFIX + "sla_requests_total", outcome="met") == 4
+
+
+def test_the_runner_sends_the_histograms_once_per_their_period(adapter, pb_utils):
+    """``Runner.flush_metrics_if_due``: a flush at most once per METRICS_PUBLISH_PERIOD_S,
+    the histograms' series in one of them per HISTOGRAM_PUBLISH_PERIOD_S."""
+    from triton_backend.metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S,
+                                               METRICS_PUBLISH_PERIOD_S)
+
+    model = adapter.model("hold")
+    runner = model.runner
+    model._metrics_stop.set()  # its metrics thread flushes too, on its own clock: stopped
+    model._metrics_thread.join(timeout=30)
+    assert not model._metrics_thread.is_alive()
+    flushes: list[bool] = []
+    runner.metrics.flush = lambda stats, health, histograms=True: flushes.append(histograms)
+    start = time.monotonic() + 10 * HISTOGRAM_PUBLISH_PERIOD_S  # past its last flush
+    steps = int(2 * HISTOGRAM_PUBLISH_PERIOD_S / METRICS_PUBLISH_PERIOD_S)
+    for k in range(steps):
+        now = start + k * METRICS_PUBLISH_PERIOD_S
+        runner.flush_metrics_if_due(now, 1.0)
+        runner.flush_metrics_if_due(now + METRICS_PUBLISH_PERIOD_S / 2, 1.0)  # not due
+    assert len(flushes) == steps
+    assert flushes[0] and flushes.count(True) == 2
+    assert flushes.index(True, 1) == int(HISTOGRAM_PUBLISH_PERIOD_S / METRICS_PUBLISH_PERIOD_S)
