@@ -68,10 +68,14 @@ class InnerModel:
             try:
                 embeddings = self.executor.run(sequences)
             except Exception as exc:  # one failed batch fails its requests, not the model
+                embeddings = None
                 for i, _ in owners:
                     responses[i] = error(f"inference failed: {exc}",
                                          pb_utils.TritonError.INTERNAL)
-            else:
+            # The batch's span ends where the executor returned: building the responses is
+            # host time, as the explicit models' timeline counts it.
+            ran = time.monotonic()
+            if embeddings is not None:
                 offset = 0
                 for i, n in owners:
                     out = pb_utils.Tensor("EMBEDDING",
@@ -79,7 +83,7 @@ class InnerModel:
                     responses[i] = pb_utils.InferenceResponse(output_tensors=[out])
                     offset += n
             if record is not None:
-                record.batch(len(sequences), 0, started, time.monotonic(), 0.0, "native")
+                record.batch(len(sequences), 0, started, ran, 0.0, "native")
         if record is not None:
             self.timeline.end(record, time.monotonic())
         return responses
