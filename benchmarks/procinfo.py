@@ -34,24 +34,33 @@ def threads(pid: int | None) -> int | None:
     return int(value) if value else None
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of a process, by thread id: its scheduler run time
+    (``/proc/<pid>/task/<tid>/schedstat``, nanoseconds); {} when the process is gone or
+    schedstat is missing."""
+    out = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                out[task] = int(fh.read().split()[0]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
 def cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of a process: the sum of its threads' scheduler run time
-    (``/proc/<pid>/task/*/schedstat``, nanoseconds), or ``/proc/<pid>/stat``'s clock ticks
-    (10 ms steps) where schedstat is missing."""
+    (``thread_cpu_s``), or ``/proc/<pid>/stat``'s clock ticks (10 ms steps) where
+    schedstat is missing."""
     if pid is None:
         return None
-    try:
-        total_ns = 0
-        for task in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
-                    total_ns += int(fh.read().split()[0])
-            except (OSError, IndexError, ValueError):
-                continue  # a thread that ended meanwhile
-        if total_ns:
-            return total_ns / 1e9
-    except OSError:
-        pass
+    total_s = sum(thread_cpu_s(pid).values())
+    if total_s:
+        return total_s
     try:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rpartition(")")[2].split()

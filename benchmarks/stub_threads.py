@@ -28,21 +28,10 @@ from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
 from benchmarks.hold_speed import (DATA_ENTRIES, NATIVE, SHIPPED, build_repo, measure,
                                    triton_stats)
 from benchmarks.pages import write_page
+from benchmarks.procinfo import find_stub, thread_cpu_s
 from server_ops.launcher import TritonServer
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "stub_threads.md")
-
-
-def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds of each thread of ``pid`` by thread id (schedstat's run time)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                out[tid] = int(fh.read().split()[0]) / 1e9
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return out
 
 
 def thread_names(pid: int, py_spy: str | None) -> dict[str, str]:
@@ -56,8 +45,6 @@ def thread_names(pid: int, py_spy: str | None) -> dict[str, str]:
 
 
 def run(rates: list[float], rounds: int, measurement_ms: int, py_spy: str | None) -> list:
-    from benchmarks.procinfo import find_stub
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = os.path.join(tmp, "repo")

@@ -1,5 +1,5 @@
-"""``benchmarks/stub_threads.py``: the per-thread reading and its page (the server run is
-``scripts/stub_threads.py`` itself)."""
+"""``benchmarks/stub_threads.py``: the per-thread reading (``procinfo.thread_cpu_s``) and
+its page (the server run is ``scripts/stub_threads.py`` itself)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import threading
 
 from benchmarks.hold_speed import Row
-from benchmarks.stub_threads import page, thread_cpu_s, thread_names
+from benchmarks.procinfo import thread_cpu_s
+from benchmarks.stub_threads import page, thread_names
 
 
 def test_thread_cpu_reads_every_thread_of_a_process_by_id():
