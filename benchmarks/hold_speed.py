@@ -143,14 +143,15 @@ def first_error(text: str) -> str:
 
 
 def measure(server: TritonServer, model: str, data: str, rate: float, fraction, ms: int,
-            concurrency: int = 0) -> Row:
+            concurrency: int = 0, extra: tuple[str, ...] = (), protocol: str = "http") -> Row:
     stub = find_stub(server.process.pid, model)
     cpu0, (n0, c0, t0) = cpu_s(stub), triton_stats(server, model)
     row = Row(model, fraction, rate)
     try:
-        r = run_request_rate(server.http_url, model, data, rate, ms, concurrency=concurrency,
-                             timeout_s=120,
-                             extra=CLOSED_LOOP_FLAGS if concurrency else POISSON)
+        url = server.grpc_url if protocol == "grpc" else server.http_url
+        r = run_request_rate(url, model, data, rate, ms, protocol=protocol,
+                             concurrency=concurrency, timeout_s=120,
+                             extra=(*(CLOSED_LOOP_FLAGS if concurrency else POISSON), *extra))
         row.throughput, row.p50_ms, row.p99_ms, row.kept = (r.throughput, r.p50_ms, r.p99_ms,
                                                           r.kept_schedule)
     except RuntimeError as exc:
