@@ -38,6 +38,10 @@ h200         the ``h200_minilm`` profile: an EMULATION of MiniLM costs MEASURED 
              the last committed ``results/bench/bench.json`` (``git show HEAD:...``).
              Time-scaled rows: 2 s warm-up + 6 s measured (a batch takes 0.2-1.5 s there);
              time-scale-1 rows: 1 + 3 s. About 10 min in full, 3 in ``--quick``.
+idle         ``benchmarks/bench_idle.py``: device idle while requests wait, from each
+             model's per-call timeline, on a server of its own per profile (h200_minilm and
+             flat, time scale 1): perf_analyzer at 0.2/0.5/0.8/0.94 of native's closed-loop
+             peak, the shipped default and native alternating. About 6 min.
 
 One block alone, e.g. ``python scripts/bench.py --quick --blocks h200 --out-dir /tmp/b``
 (``--out-dir`` keeps a trial run out of results/bench/).
@@ -69,6 +73,7 @@ import time
 from benchmarks.bench_blocks import (run_decision_bench, run_emulated_block, run_minilm_block,
                                      run_ts1_block)
 from benchmarks.bench_h200 import run_h200_block
+from benchmarks.bench_idle import run_idle_block
 from benchmarks.bench_report_h200 import compact_emulated
 from benchmarks.bench_server import Bench
 from benchmarks.bench_setup import (CAPACITY_SAMPLE, COST_MODES, EXPLICIT, EXPLICIT_INTAKE,
@@ -77,7 +82,7 @@ from benchmarks.bench_setup import (CAPACITY_SAMPLE, COST_MODES, EXPLICIT, EXPLI
 from server_ops.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
 
 
-BLOCKS = ("ts1", "emulated", "minilm", "decision", "h200")
+BLOCKS = ("ts1", "emulated", "minilm", "decision", "h200", "idle")
 SERVER_BLOCKS = {"ts1", "emulated", "minilm", "h200"}
 
 
@@ -175,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             results["lost"] = bench.lost
             results["segments"] = bench.segments
             results["server_crashes"] = bench.server_crashes
+    if "idle" in args.blocks:  # servers of its own, with the per-call timelines on
+        results["idle"] = run_idle_block(args.out_dir, args.quick)
     if "decision" in args.blocks:
         results["decision"] = run_decision_bench(args.quick, args.out_dir)
     results["wall_s"] = time.monotonic() - started

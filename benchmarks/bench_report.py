@@ -12,6 +12,7 @@ import math
 import os
 
 from . import segment_stats as B
+from benchmarks.bench_idle import idle_markdown, idle_targets
 from benchmarks.bench_report_h200 import h200_markdown, h200_targets
 from benchmarks.bench_targets import (decision_target, errors_cell, fmt_num, knee_targets,
                                       minilm_target, nml_goodput_target, overload_target, fmt_pct,
@@ -42,6 +43,7 @@ def targets(results: dict) -> list[dict]:
     decision_target(results, add)
     minilm_target(results, add)
     h200_targets(results, add)
+    idle_targets(results, add)
     return rows
 
 
@@ -258,6 +260,8 @@ def write(results: dict, out_dir: str) -> None:
         lines += decision_markdown(results["decision"])
     if results.get("h200"):
         lines += h200_markdown(results["h200"])
+    if results.get("idle"):
+        lines += idle_markdown(results["idle"])
     lines += [f"Segments: {results.get('segments', 0)}; requests lost (no answer at all): "
               f"{results.get('lost', 0)}.", ""]
     lines += server_crash_lines(results.get("server_crashes") or [])

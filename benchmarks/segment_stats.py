@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Iterable, Sequence
 
 from scheduler_core.stats import percentile
@@ -239,6 +239,8 @@ def plain(obj: Any) -> Any:
         return plain(obj.to_dict())
     if isinstance(obj, NativeSetting):
         return {"label": obj.label, **plain(asdict(obj))}
+    if is_dataclass(obj) and not isinstance(obj, type):  # e.g. hold_speed's Row
+        return plain(asdict(obj))
     if isinstance(obj, dict):
         return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
