@@ -15,7 +15,7 @@ help:
 	@echo "make test         run all tests, including real-server integration tests"
 	@echo "make test-unit    run the fast unit tests only"
 	@echo "make fuzz         property tests (@given) on random examples, more of them (not gating)"
-	@echo "make bench        explicit vs best-tuned native: emulated t4/a100, MiniLM, h200_minilm -> results/bench/ (~37 min, the last full run: results/bench_hold_unbounded)"
+	@echo "make bench        explicit vs best-tuned native: emulated t4/a100, MiniLM, h200_minilm, device idle -> results/bench/ (~42 min, the last full run: results/bench_hold_unbounded)"
 	@echo "make bench-smoke  perf_analyzer at a fixed rate: emulated_explicit vs emulated_native"
 	@echo "make reliability  overload 2x (60 s), soak (10 min), native overload -> results/reliability.md"
 	@echo "make simulate-report  simulator: explicit vs native model -> results/simulator_report.md"

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             results["segments"] = bench.segments
             results["server_crashes"] = bench.server_crashes
     if "idle" in args.blocks:  # servers of its own, with the per-call timelines on
-        results["idle"] = run_idle_block(args.out_dir, args.quick)
+        results["idle"] = run_idle_block(args.quick)
     if "decision" in args.blocks:
         results["decision"] = run_decision_bench(args.quick, args.out_dir)
     results["wall_s"] = time.monotonic() - started

@@ -41,17 +41,18 @@ def in_windows(records: list[dict], windows: list[tuple[float, float]]) -> list[
     return [r for r in records if any(a <= r["start_s"] <= b for a, b in windows)]
 
 
-def run_profile(device: str, folder: str, fractions: tuple[float, ...],
-                measurement_ms: int) -> dict:
+def run_profile(device: str, fractions: tuple[float, ...], measurement_ms: int) -> dict:
     """One profile: native's closed-loop peak, then each fraction of it for both models,
-    alternating; each model's timeline figures over its own rows."""
+    alternating; each model's timeline figures over its own rows (the timelines
+    themselves are left in a temporary folder: tens of MB a run)."""
     models = (SHIPPED, NATIVE)
     windows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     rows: list[Row] = []
     before = os.environ.get(TIMELINE_ENV)
-    os.environ[TIMELINE_ENV] = folder  # the server's stubs inherit it at load
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
+        folder = os.path.join(tmp, "timelines")
+        os.environ[TIMELINE_ENV] = folder  # the server's stubs inherit it at load
+        try:
             repo = os.path.join(tmp, "repo")
             os.makedirs(repo)
             build_repo(repo, [], device=device)
@@ -72,33 +73,31 @@ def run_profile(device: str, folder: str, fractions: tuple[float, ...],
                         windows[m].append((t0, time.monotonic()))
                         log(f"  idle {device} {f:g}x {m}: {rows[-1].throughput or 0:.0f} req/s, "
                             f"P50 {rows[-1].p50_ms or 0:.1f} ms {rows[-1].error}")
-            # the server has exited: every stub flushed its timeline at unload
-    finally:
-        if before is None:
-            os.environ.pop(TIMELINE_ENV, None)
-        else:
-            os.environ[TIMELINE_ENV] = before
-    figures = {}
-    for m in models:
-        path = os.path.join(folder, f"{m}.timeline.jsonl")
-        records = read_timeline(path) if os.path.exists(path) else []
-        figures[m] = idle_while_waiting(in_windows(records, windows[m]))
+        finally:
+            if before is None:
+                os.environ.pop(TIMELINE_ENV, None)
+            else:
+                os.environ[TIMELINE_ENV] = before
+        # the server has exited: every stub flushed its timeline at unload
+        figures = {}
+        for m in models:
+            path = os.path.join(folder, f"{m}.timeline.jsonl")
+            records = read_timeline(path) if os.path.exists(path) else []
+            figures[m] = idle_while_waiting(in_windows(records, windows[m]))
     return {"device": device, "label": LABELS.get(device, device), "peak": peak,
             "peak_rps": peak_rps, "rows": rows, "figures": figures}
 
 
-def run_idle_block(out_dir: str, quick: bool) -> dict:
-    """Every profile of ``IDLE_PROFILES``; the timelines stay in ``out_dir/timelines``."""
+def run_idle_block(quick: bool) -> dict:
+    """Every profile of ``IDLE_PROFILES``."""
     fractions = QUICK_IDLE_FRACTIONS if quick else IDLE_FRACTIONS
     ms = QUICK_IDLE_MEASURE_MS if quick else IDLE_MEASURE_MS
     out = {"fractions": fractions, "measurement_ms": ms, "explicit": SHIPPED,
            "native": NATIVE, "profiles": []}
     for device in IDLE_PROFILES:
-        folder = os.path.abspath(os.path.join(out_dir, "timelines", device))
-        os.makedirs(folder, exist_ok=True)
         log(f"block idle, {device}: perf_analyzer at {', '.join(f'{f:g}' for f in fractions)}"
             " of native's closed-loop peak, per-call timelines on")
-        out["profiles"].append(run_profile(device, folder, fractions, ms))
+        out["profiles"].append(run_profile(device, fractions, ms))
     return out
 
 
