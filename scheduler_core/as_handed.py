@@ -94,7 +94,7 @@ class AsHandedRule:
                     lengths, n, longest, real, squared):
                 return None
         # Every member ends in time in the batch: the smallest SLA is a feasible one.
-        self.controller.on_arrival(now_s, min(r.sla_ms for r in batch), batch_ms, n)
+        self.controller.on_arrival(now_s, tightest.sla_ms, batch_ms, n)
         self.overload.arrived()
         self.overload.measure(now_s, 0, n)
         self._count_dispatch(n, state.mode, Reason.FLUSH, False)

@@ -148,9 +148,11 @@ class Controller:
 
     def set_perception_health(self, ok: bool) -> None:
         """False while the sidecar is unhealthy or stale: the controller then falls back to
-        safe default batching (it cannot trust what it would act on)."""
-        self.perception_ok = ok
-        self._refresh()
+        safe default batching (it cannot trust what it would act on). Read every call;
+        the state is rebuilt only when the health changed."""
+        if ok != self.perception_ok:
+            self.perception_ok = ok
+            self._refresh()
 
     def batch_started(self, now_s: float) -> None:
         self.busy.start(now_s)

@@ -217,8 +217,9 @@ class Runner:
             self.step_failed()
         finally:
             unanswered = [r for r in step.batch if not r.handle.answered]
-            self.refuse(unanswered, "step_failed",
-                        "scheduler loop failed while handling this request")
+            if unanswered:
+                self.refuse(unanswered, "step_failed",
+                            "scheduler loop failed while handling this request")
             if began and not finished:  # the batch never finished normally
                 self._finished(batch, started, ok=False)
         return started

@@ -78,11 +78,13 @@ class Timeline:
         t = self.totals
         t["calls"] += 1
         t["requests"] += record.requests
-        t["batches"] += sum(1 for b in record.batches if b[0])
-        t["refused"] += sum(b[1] for b in record.batches)
+        for size, refused, started, ended, _, _ in record.batches:  # one pass
+            t["refused"] += refused
+            if size:
+                t["batches"] += 1
+                t["device_s"] += ended - started
         t["early_sends"] += record.early_sends
         t["call_s"] += now - record.start_s
-        t["device_s"] += record.device_s
         if record.handed_over and record.gap_s is not None:
             t["handed_over_gap_s"] += record.gap_s
         if self.path:
