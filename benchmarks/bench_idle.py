@@ -97,7 +97,13 @@ def run_idle_block(quick: bool) -> dict:
     for device in IDLE_PROFILES:
         log(f"block idle, {device}: perf_analyzer at {', '.join(f'{f:g}' for f in fractions)}"
             " of native's closed-loop peak, per-call timelines on")
-        out["profiles"].append(run_profile(device, fractions, ms))
+        try:
+            out["profiles"].append(run_profile(device, fractions, ms))
+        except Exception as exc:  # noqa: BLE001 - one profile's failure blanks its rows only
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            log(f"  idle {device} failed: {error}")
+            out["profiles"].append({"device": device, "label": LABELS.get(device, device),
+                                    "error": error})
     return out
 
 
@@ -109,9 +115,12 @@ def idle_targets(results: dict, add: Callable[..., None]) -> None:
         return
     span = ", ".join(f"{f:g}x" for f in block["fractions"])
     for p in block["profiles"]:
-        e, n = p["figures"].get(block["explicit"]), p["figures"].get(block["native"])
         scope = f"{p['label']}, perf_analyzer"
         target = "device idle while requests wait vs native (per-call timelines)"
+        if p.get("error"):
+            add(target, scope, f"failed: {p['error']}", None, "<= native's", None)
+            continue
+        e, n = p["figures"].get(block["explicit"]), p["figures"].get(block["native"])
         if not e or not n:
             add(target, scope, "no timeline records", None, "<= native's", None)
             continue
@@ -135,6 +144,9 @@ def idle_markdown(block: dict) -> list[str]:
              "figure is the smaller by that much. Explicit is the shipped default, intake "
              "hold.", ""]
     for p in block["profiles"]:
+        if p.get("error"):
+            lines += [f"#### {p['label']}", "", f"Failed: {p['error']}", ""]
+            continue
         lines += [f"#### {p['label']}", "",
                   f"Native's closed-loop peak (concurrency {PEAK_CONCURRENCY}): "
                   f"{p['peak_rps']:.0f} req/s.", "",

@@ -61,6 +61,15 @@ def test_a_profile_without_records_has_no_verdict():
     assert targets({}) == []
 
 
+def test_a_profile_that_failed_is_reported_without_a_verdict():
+    results = {"idle": {**block(figures(0.2), figures(0.25)),
+                        "profiles": [{"device": "flat", "label": "flat",
+                                      "error": "URLError: refused"}]}}
+    (row,) = targets(results)
+    assert row[2] == "failed: URLError: refused" and row[-1] is None
+    assert "Failed: URLError: refused" in "\n".join(idle_markdown(results["idle"]))
+
+
 def test_the_section_lists_each_models_figures_and_rows():
     text = "\n".join(idle_markdown(block(figures(0.2), figures(0.25))))
     assert "| e | 10 | 4.0 | 5.00 | 0.50 | 3 | 0.200 | 0 |" in text
