@@ -17,11 +17,11 @@ import os
 import tempfile
 import time
 from typing import Callable
+from unittest import mock
 
-from benchmarks.bench_setup import SLA_CLASSES_MS, log, mix_entries, write_input_data
-from benchmarks.hold_speed import DATA_ENTRIES, NATIVE, SHIPPED, Row, build_repo, measure
+from benchmarks.bench_setup import log
+from benchmarks.hold_speed import NATIVE, SHIPPED, Row, measure, shipped_beside_native
 from benchmarks.host_ledger import idle_while_waiting
-from server_ops.launcher import TritonServer
 from triton_backend.timeline import TIMELINE_ENV
 from triton_backend.timeline import read as read_timeline
 
@@ -48,36 +48,21 @@ def run_profile(device: str, fractions: tuple[float, ...], measurement_ms: int) 
     models = (SHIPPED, NATIVE)
     windows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     rows: list[Row] = []
-    before = os.environ.get(TIMELINE_ENV)
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         folder = os.path.join(tmp, "timelines")
-        os.environ[TIMELINE_ENV] = folder  # the server's stubs inherit it at load
-        try:
-            repo = os.path.join(tmp, "repo")
-            os.makedirs(repo)
-            build_repo(repo, [], device=device)
-            data = {SHIPPED: write_input_data(os.path.join(tmp, "sla.json"),
-                                              mix_entries(SLA_CLASSES_MS, DATA_ENTRIES)),
-                    NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
-                                             mix_entries(None, DATA_ENTRIES))}
-            with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-                for m in models:  # warm-up
-                    measure(server, m, data[m], 200, 0.0, 1500)
-                peak = measure(server, NATIVE, data[NATIVE], 0, None, measurement_ms,
-                               concurrency=PEAK_CONCURRENCY)
-                peak_rps = peak.throughput or 1000.0
-                for k, f in enumerate(fractions):
-                    for m in (models if k % 2 == 0 else models[::-1]):
-                        t0 = time.monotonic()
-                        rows.append(measure(server, m, data[m], f * peak_rps, f, measurement_ms))
-                        windows[m].append((t0, time.monotonic()))
-                        log(f"  idle {device} {f:g}x {m}: {rows[-1].throughput or 0:.0f} req/s, "
-                            f"P50 {rows[-1].p50_ms or 0:.1f} ms {rows[-1].error}")
-        finally:
-            if before is None:
-                os.environ.pop(TIMELINE_ENV, None)
-            else:
-                os.environ[TIMELINE_ENV] = before
+        # the server's stubs inherit it at load
+        with (mock.patch.dict(os.environ, {TIMELINE_ENV: folder}),
+              shipped_beside_native(tmp, device) as (server, _, data)):
+            peak = measure(server, NATIVE, data[NATIVE], 0, None, measurement_ms,
+                           concurrency=PEAK_CONCURRENCY)
+            peak_rps = peak.throughput or 1000.0
+            for k, f in enumerate(fractions):
+                for m in (models if k % 2 == 0 else models[::-1]):
+                    t0 = time.monotonic()
+                    rows.append(measure(server, m, data[m], f * peak_rps, f, measurement_ms))
+                    windows[m].append((t0, time.monotonic()))
+                    log(f"  idle {device} {f:g}x {m}: {rows[-1].throughput or 0:.0f} req/s, "
+                        f"P50 {rows[-1].p50_ms or 0:.1f} ms {rows[-1].error}")
         # the server has exited: every stub flushed its timeline at unload
         figures = {}
         for m in models:

@@ -25,6 +25,7 @@ there (``triton_backend/timeline.py``) and the report adds each plugin's totals.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -79,7 +80,10 @@ VARIANT = "explicit_variant"
 # The device each model emulates, by --profile: the issue's flat profile, or the measured
 # H200 MiniLM table (make bench's h200 block), both padded at time scale 1.
 DEVICES = {"flat": FLAT,
-           "h200_minilm": {"hardware_profile": "h200_minilm", "cost_mode": "padded"}}
+           "h200_minilm": {"hardware_profile": "h200_minilm", "cost_mode": "padded"},
+           # the device nearly free (make bench's host-bound run): the host path bounds
+           "host_bound": {"hardware_profile": "h200_minilm", "cost_mode": "padded",
+                          "time_scale": "0.01"}}
 
 
 def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
@@ -110,6 +114,24 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
     return [*models, NATIVE]
 
 
+@contextlib.contextmanager
+def shipped_beside_native(tmp: str, device: str = "flat"):
+    """The shipped plugin and native in one server on ``device`` (``build_repo``, in
+    ``tmp``), each warmed up: yields the server, the models and each model's perf_analyzer
+    input data (the mix, with its SLA classes for the plugin)."""
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
+    models = build_repo(repo, [], device=device)
+    data = {SHIPPED: write_input_data(os.path.join(tmp, "sla.json"),
+                                      mix_entries(SLA_CLASSES_MS, DATA_ENTRIES)),
+            NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
+                                     mix_entries(None, DATA_ENTRIES))}
+    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+        for m in models:  # warm-up
+            measure(server, m, data[m], 200, 0.0, 1500)
+        yield server, models, data
+
+
 def triton_stats(server: TritonServer, model: str) -> tuple[int, int, float]:
     """(successful requests, execute() calls, compute ns) from Triton's statistics."""
     with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats",
@@ -133,6 +155,7 @@ class Row:
     stub_us: float | None = None
     per_call: float | None = None
     call_ms: float | None = None
+    answered: int = 0  # requests Triton answered successfully during the row
 
 
 def first_error(text: str) -> str:
@@ -160,6 +183,7 @@ def measure(server: TritonServer, model: str, data: str, rate: float, fraction, 
         row.error = "perf_analyzer did not finish (no stable measurement)"
     cpu1, (n1, c1, t1) = cpu_s(stub), triton_stats(server, model)
     n, calls = n1 - n0, c1 - c0
+    row.answered = n
     if n and cpu0 is not None and cpu1 is not None:
         row.stub_us = 1e6 * (cpu1 - cpu0) / n
     if calls:

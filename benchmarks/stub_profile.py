@@ -7,15 +7,16 @@ classes for explicit).
         [--rate 1200 | --concurrency 64] [--seconds 12] [--out PAGE]
 
 py-spy samples the stub's threads (``record --nonblocking --threads --function``, 400 Hz,
-raw stacks); a sample's thread is named as py-spy names it. Per model the page gives each
-thread's samples and its CPU (schedstat) over the run, then the ``execute()`` thread's
-functions by inclusive samples, as sampled microseconds per request Triton answered (so
-the two models, which answer the same load, compare row by row; py-spy's scale is its
-own, below the CPU it reads: compare the rows, not against the CPU). Samples of the
-``execute()`` thread with no Python frame are python_backend's own C++ loop (receiving
-the requests from shared memory, sending the responses). py-spy leaves out a thread it
-sees idle, but it still samples ``time.sleep``: the EMULATED device's sleep shows as
-``EmulatedDevice.run``'s own samples (not CPU). cProfile
+raw stacks) from before perf_analyzer starts until it ends (it repeats its ``--seconds``
+window until the figures are stable), so the samples cover the requests counted. A
+sample's thread is named as py-spy names it. Per model the page gives each thread's
+samples and the stub's CPU (schedstat, every thread) over the run, then the ``execute()``
+thread's functions by inclusive samples, as sampled microseconds per request Triton
+answered: the two models, which answer the same load, compare row by row. Samples of the
+``execute()`` thread with no Python frame are python_backend's own C++ loop (receiving the
+requests from shared memory, sending the responses). py-spy leaves out a thread it sees
+idle, but it still samples ``time.sleep``: the EMULATED device's sleep shows as
+``EmulatedDevice.run``'s own samples, so sampled time is not CPU time. cProfile
 (``EXPLICIT_BATCHING_CPROFILE_DIR``) inflates each stage about 3x; a sampler does not.
 """
 
@@ -26,27 +27,21 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchmarks import hold_speed
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.hold_speed import DATA_ENTRIES, NATIVE, SHIPPED, build_repo, measure, triton_stats
+from benchmarks.hold_speed import DEVICES, measure, shipped_beside_native
 from benchmarks.pages import write_page
-from benchmarks.procinfo import find_stub, thread_cpu_s
-from server_ops.launcher import TritonServer
+from benchmarks.procinfo import find_stub
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "stub_profile.md")
 SAMPLE_HZ = 400
 US_PER_SAMPLE = 1e6 / SAMPLE_HZ
 NO_PYTHON = "(no Python frame: python_backend's C++ loop)"
-# host-bound: the device nearly free (make bench's host-bound run)
-PROFILES = {**hold_speed.DEVICES,
-            "host_bound": {"hardware_profile": "h200_minilm", "cost_mode": "padded",
-                           "time_scale": "0.01"}}
 _LOCATION = re.compile(r"\s*\((?:[^()]*/)?([^/()]+:\d+)\)$")
 
 
@@ -89,37 +84,24 @@ def main_thread(threads: dict[str, dict]) -> str | None:
 
 def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
         tmp: str) -> list[dict]:
-    hold_speed.DEVICES.setdefault(profile, PROFILES[profile])
-    repo = os.path.join(tmp, "repo")
-    os.makedirs(repo)
-    models = build_repo(repo, [], device=profile)
-    data = {SHIPPED: write_input_data(os.path.join(tmp, "sla.json"),
-                                      mix_entries(SLA_CLASSES_MS, DATA_ENTRIES)),
-            NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
-                                     mix_entries(None, DATA_ENTRIES))}
     out = []
-    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+    with shipped_beside_native(tmp, profile) as (server, models, data):
         pids = {m: find_stub(server.process.pid, m) for m in models}
-        for m in models:  # warm-up
-            measure(server, m, data[m], 200, 0.0, 1500)
         for m in models:
             raw = os.path.join(tmp, f"{m}.raw")
             spy = subprocess.Popen(
                 [py_spy, "record", "--pid", str(pids[m]), "--rate", str(SAMPLE_HZ),
-                 "--format", "raw", "--function", "--threads", "--nonblocking",
-                 "-d", str(seconds), "-o", raw],
+                 "--format", "raw", "--function", "--threads", "--nonblocking", "-o", raw],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)  # py-spy attached
-            cpu0, n0 = thread_cpu_s(pids[m]), triton_stats(server, m)[0]
-            row = measure(server, m, data[m], rate, None, (seconds - 1) * 1000,
+            row = measure(server, m, data[m], rate, None, seconds * 1000,
                           concurrency=concurrency)
-            cpu1, n1 = thread_cpu_s(pids[m]), triton_stats(server, m)[0]
-            spy.wait(timeout=seconds + 60)
+            # perf_analyzer repeats its window until stable: the samples end with it, so
+            # they cover the requests counted (py-spy writes its file on SIGINT)
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
             with open(raw, encoding="utf-8", errors="replace") as fh:
-                threads = parse_raw(fh)
-            cpu = {t: cpu1[t] - cpu0[t] for t in cpu1 if t in cpu0}
-            out.append({"model": m, "row": row, "answered": max(1, n1 - n0),
-                        "threads": threads, "cpu_s": cpu})
+                out.append({"model": m, "row": row, "threads": parse_raw(fh)})
             print(m, row.throughput, row.p50_ms, row.error[:80], flush=True)
     return out
 
@@ -134,10 +116,10 @@ def page(runs: list[dict], args, top: int = 40) -> list[str]:
              + f" --seconds {args.seconds}` on this machine (2 shared cores: tritonserver, both "
              "stubs, perf_analyzer and py-spy share them; the EMULATED device sleeps each "
              f"batch's modelled cost, it is not a GPU). py-spy at {SAMPLE_HZ} Hz, one model "
-             "at a time under the same load; figures are sampled microseconds per request "
-             "Triton answered (samples / rate / requests), a scale of py-spy's own: compare "
-             "the models row by row. The explicit model is the shipped default (intake "
-             "hold).", ""]
+             "at a time under the same load, sampling while perf_analyzer runs; figures are "
+             "sampled microseconds per request Triton answered (samples / rate / requests; "
+             "the device's sleep is sampled too, so they are not CPU): compare the models "
+             "row by row. The explicit model is the shipped default (intake hold).", ""]
     for r in runs:
         row = r["row"]
         lines.append(f"- `{r['model']}`: {row.throughput or 0:.0f} req/s answered, P50 "
@@ -146,17 +128,18 @@ def page(runs: list[dict], args, top: int = 40) -> list[str]:
     lines += ["", "Threads (sampled us per request; the stub's CPU, schedstat, in us per "
               "request):", "", "| model | thread | sampled | CPU |", "|---|---|---:|---:|"]
     for r in runs:
-        k = US_PER_SAMPLE / r["answered"]
-        cpu = 1e6 * sum(r["cpu_s"].values()) / r["answered"]
+        k = US_PER_SAMPLE / max(1, r["row"].answered)
+        cpu = f"{r['row'].stub_us or 0:.0f} (all threads)"
         for i, (name, t) in enumerate(sorted(r["threads"].items(),
                                              key=lambda kv: -kv[1]["samples"])):
             lines.append(f"| {r['model']} | {name} | {t['samples'] * k:.1f} | "
-                         f"{'' if i else f'{cpu:.0f} (all threads)'} |")
+                         f"{'' if i else cpu} |")
     names: dict[str, dict[str, float]] = {}
     for r in runs:
         t = r["threads"].get(main_thread(r["threads"]) or "", {"inclusive": {}})
+        k = US_PER_SAMPLE / max(1, r["row"].answered)
         for name, n in t["inclusive"].items():
-            names.setdefault(name, {})[r["model"]] = n * US_PER_SAMPLE / r["answered"]
+            names.setdefault(name, {})[r["model"]] = n * k
     models = [r["model"] for r in runs]
     lines += ["", "The `execute()` thread, functions by inclusive sampled us per request "
               f"(the top {top} of either model):", "",
@@ -171,7 +154,7 @@ def page(runs: list[dict], args, top: int = 40) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="flat")
+    parser.add_argument("--profile", choices=sorted(DEVICES), default="flat")
     parser.add_argument("--rate", type=float, default=1200.0)
     parser.add_argument("--concurrency", type=int, default=0,
                         help="closed loop with this many in flight (instead of --rate)")

@@ -24,12 +24,9 @@ import tempfile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.hold_speed import (DATA_ENTRIES, NATIVE, SHIPPED, build_repo, measure,
-                                   triton_stats)
+from benchmarks.hold_speed import measure, shipped_beside_native
 from benchmarks.pages import write_page
 from benchmarks.procinfo import find_stub, thread_cpu_s
-from server_ops.launcher import TritonServer
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "stub_threads.md")
 
@@ -47,25 +44,16 @@ def thread_names(pid: int, py_spy: str | None) -> dict[str, str]:
 def run(rates: list[float], rounds: int, measurement_ms: int, py_spy: str | None) -> list:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo = os.path.join(tmp, "repo")
-        os.makedirs(repo)
-        models = build_repo(repo, [])
-        data = {SHIPPED: write_input_data(os.path.join(tmp, "sla.json"),
-                                          mix_entries(SLA_CLASSES_MS, DATA_ENTRIES)),
-                NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
-                                         mix_entries(None, DATA_ENTRIES))}
-        with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+        with shipped_beside_native(tmp) as (server, models, data):
             pids = {m: find_stub(server.process.pid, m) for m in models}
-            for m in models:  # warm-up
-                measure(server, m, data[m], 200, 0.0, 1500)
             names = {m: thread_names(pids[m], py_spy) for m in models}
             for k in range(rounds):
                 for rate in rates:
                     for m in (models if k % 2 == 0 else models[::-1]):
-                        before, n0 = thread_cpu_s(pids[m]), triton_stats(server, m)[0]
+                        before = thread_cpu_s(pids[m])
                         row = measure(server, m, data[m], rate, None, measurement_ms)
-                        after, n1 = thread_cpu_s(pids[m]), triton_stats(server, m)[0]
-                        answered = max(1, n1 - n0)
+                        after = thread_cpu_s(pids[m])
+                        answered = max(1, row.answered)
                         # ms of each thread's CPU per 1,000 answered requests
                         per = {names[m].get(t, f"thread {t}"):
                                1e6 * (after[t] - before[t]) / answered

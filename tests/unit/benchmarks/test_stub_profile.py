@@ -37,8 +37,8 @@ def test_raw_stacks_count_per_thread_self_and_inclusive():
 
 
 def test_the_page_compares_the_models_per_thousand_requests():
-    runs = [{"model": m, "row": Row(m, None, 1200.0, 1200.0, 10.0, stub_us=150.0),
-             "answered": answered, "threads": parse_raw(RAW), "cpu_s": {"11": 0.5}}
+    runs = [{"model": m, "row": Row(m, None, 1200.0, 1200.0, 10.0, stub_us=250.0,
+                                    answered=answered), "threads": parse_raw(RAW)}
             for m, answered in (("explicit", 2000), ("native", 1000))]
     args = argparse.Namespace(profile="flat", rate=1200.0, concurrency=0, seconds=12)
     text = "\n".join(page(runs, args))
