@@ -1,10 +1,15 @@
-"""MiniLM on a real device: the measured cost table, and explicit control vs Triton's own
-dynamic batcher, in one bounded run.
+"""A real model on a real device: the measured cost table, and explicit control vs Triton's
+own dynamic batcher, in one bounded run.
 
 On a GPU host, from the project root, given a tritonserver 2.51 and a Python with the
 ``cli`` and ``minilm`` extras (numpy<2). In the NGC container (``tritonserver`` on PATH)::
 
-    python3 scripts/gpu_bench.py [--time-limit-s 480] [--out results/gpu]
+    python3 scripts/gpu_bench.py [--model minilm|bert_large] [--time-limit-s 480] [--out DIR]
+
+``--model`` picks the model (``benchmarks.gpu_plan.FAMILIES``): ``minilm`` (default), the
+real MiniLM, launch-bound on a big GPU; ``bert_large``, the BERT-large architecture with
+random weights in fp16 (executor ``bert_large_random``; nothing downloaded), device-bound:
+its outputs are meaningless and its costs real. Below, ``<model>`` is that key.
 
 Elsewhere name the server with EXPLICIT_BATCHING_TRITONSERVER (and, if its backends are not
 beside its ``bin/``, EXPLICIT_BATCHING_BACKEND_DIR); with the ``nvidia-pytriton`` wheel
@@ -18,16 +23,17 @@ Here, on a CPU, to check the whole path end to end before a GPU session spends i
 What it does, in order, within ``--time-limit-s`` (the segment length is computed from what
 is left once the server is up and the peaks are measured):
 
-1. **Cost table.** ``MiniLMEncoder.run`` (``triton_backend.executors``) timed on a grid of
+1. **Cost table.** The model's encoder (``triton_backend.executors``) timed on a grid of
    batch sizes x lengths with ``triton_backend.device_calibration.measure_cost_table``, on
    ``cuda:0`` when torch sees CUDA, else on the CPU. Written to ``cost_table.json`` in the
    row form of ``results/gpu/h200_minilm_costs.json``, with the device name (torch and
    NVML), the date and the torch version.
-2. **One tritonserver** on a temporary copy of the model repository: ``minilm_explicit``
-   (as shipped), ``minilm_explicit_peak`` (the same with ``control.infeasible_policy=
-   serve_late``, for the closed-loop peak only: perf_analyzer stops at the first refusal),
-   and ``minilm_native_d<delay>`` for each native ``max_queue_delay`` (default 0 / 1000 /
-   5000 us), ``max_batch_size`` 64. The minilm models are ``KIND_CPU`` instances, which
+2. **One tritonserver** on a temporary copy of the model repository: ``<model>_explicit``
+   (the shipped ``minilm_explicit``, its executor and output width set for the model),
+   ``<model>_explicit_peak`` (the same with ``control.infeasible_policy=serve_late``, for
+   the closed-loop peak only: perf_analyzer stops at the first refusal), and
+   ``<model>_native_d<delay>`` for each native ``max_queue_delay`` (default 0 / 1000 /
+   5000 us), ``max_batch_size`` 64. The models are ``KIND_CPU`` instances, which
    stay on the CPU; on a CUDA host every copy gets the model-config parameter
    ``device: cuda:0`` (``triton_backend.placement``), so each moves itself to GPU 0, and
    NVML then names the explicit model's profile.
@@ -41,9 +47,11 @@ is left once the server is up and the peaks are measured):
 4. ``report.md`` and ``results.json`` in ``--out``, naming the device that produced them.
 
 ``--cpu-smoke`` runs the same path on the CPU with a tiny grid, a short length mix, SLA
-classes x5, concurrency 8, three loads and short segments. Its figures are NOT a device
-result, and its output goes to a temporary folder unless ``--out`` says otherwise (never
-commit it).
+classes x5, concurrency 8, three loads, short segments and (bert_large) one encoder layer.
+Its figures are NOT a device result, and its output goes to a temporary folder unless
+``--out`` says otherwise (never commit it).
+
+``scripts/gpu_session.sh`` runs both models in one bounded command (a GPU session's check).
 """
 
 from __future__ import annotations
@@ -60,36 +68,43 @@ from benchmarks import bench_setup as BENCH
 from benchmarks.bench_server import Bench
 from benchmarks.gpu_host import (closed_loop_peak, device_info, device_label, measure_costs,
                                  sanity_check, server_placement_lines, wait_all_idle)
-from benchmarks.gpu_plan import (Clock, DEFAULT_OUT, EXPLICIT, EXPLICIT_PEAK, GPU,
+from benchmarks.gpu_plan import (Clock, DEFAULT_OUT, EXPLICIT_SRC, FAMILIES, GPU,
                                  NATIVE_DELAYS_US, NATIVE_MAX_BATCH, NATIVE_SRC, SEED, SHIPPED,
-                                 SMOKE, Settings, log, plan_segment_s, segment_cost_factor)
+                                 SMOKE, ModelFamily, Settings, log, plan_segment_s,
+                                 segment_cost_factor)
 from benchmarks.gpu_report import row_line, write_outputs
 from benchmarks.repository import copy_model
 from simulation import workload as W
 
 
-def native_name(delay_us: int) -> str:
-    return f"{NATIVE_SRC}_d{int(delay_us)}"
-
-
 def build_repository(repo: str, delays_us, device_param: str | None,
-                     explicit_params: dict[str, str]) -> list[str]:
+                     explicit_params: dict[str, str],
+                     family: ModelFamily = FAMILIES["minilm"], bert_layers: int = 24
+                     ) -> list[str]:
     """The bench's model repository in ``repo``; returns the model names."""
     os.makedirs(repo, exist_ok=True)
-    device = {"device": device_param} if device_param else {}
+    common = {"executor": family.executor,
+              **({"device": device_param} if device_param else {}),
+              **({"bert_layers": str(bert_layers)}
+                 if family.executor == "bert_large_random" else {})}
+
+    def width(model):
+        model.output[0].dims[:] = [family.output_dim]
+
     models = []
-    for name, extra in ((EXPLICIT, {}),
-                        (EXPLICIT_PEAK, {"control.infeasible_policy": "serve_late"})):
-        copy_model(EXPLICIT, repo, name, source=SHIPPED,
-                   params={**device, **explicit_params, **extra})
+    for name, extra in ((family.explicit, {}),
+                        (family.explicit_peak, {"control.infeasible_policy": "serve_late"})):
+        copy_model(EXPLICIT_SRC, repo, name, source=SHIPPED,
+                   params={**common, **explicit_params, **extra}, edit=width)
         models.append(name)
     for delay in delays_us:
         def native(model, delay=delay):
+            width(model)
             model.max_batch_size = NATIVE_MAX_BATCH
             model.dynamic_batching.max_queue_delay_microseconds = int(delay)
-        copy_model(NATIVE_SRC, repo, native_name(delay), source=SHIPPED, params=device,
+        copy_model(NATIVE_SRC, repo, family.native(delay), source=SHIPPED, params=common,
                    edit=native)
-        models.append(native_name(delay))
+        models.append(family.native(delay))
     return models
 
 
@@ -97,13 +112,15 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
               results: dict) -> None:
     from server_ops.launcher import TritonServer
 
+    family = FAMILIES[args.model]
     delays = tuple(args.native_delays_us)
     device_param = "cuda:0" if info["torch_device"].startswith("cuda") else None
     explicit_params = dict(kv.split("=", 1) for kv in args.explicit_param)
     work = tempfile.mkdtemp(prefix="gpu_bench_")
     repo = os.path.join(work, "repo")
-    models = build_repository(repo, delays, device_param, explicit_params)
-    natives = [native_name(d) for d in delays]
+    models = build_repository(repo, delays, device_param, explicit_params, family,
+                              settings.bert_layers)
+    natives = [family.native(d) for d in delays]
     results["server"] = {"models": models, "device_parameter": device_param,
                          "explicit_params": explicit_params,
                          "native": {"max_batch_size": NATIVE_MAX_BATCH, "delays_us": delays}}
@@ -127,7 +144,7 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
         server.wait_ready(min(settings.server_start_timeout_s, max(30.0, clock.left() - 30)))
         results["timeline"]["server_ready_s"] = clock.elapsed()
         log(f"server ready after {clock.elapsed():.0f} s of the run (gRPC {server.grpc_url})")
-        results["sanity"] = sanity_check(server, models)
+        results["sanity"] = sanity_check(server, models, family.output_dim)
         results["placement_log"] = server_placement_lines(log_path)
         for line in results["placement_log"]:
             log(f"  server log: {line}")
@@ -135,7 +152,8 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
 
         # closed-loop peaks
         peaks = {}
-        for model, data in ((EXPLICIT_PEAK, with_sla), *((n, no_sla) for n in natives)):
+        for model, data in ((family.explicit_peak, with_sla),
+                            *((n, no_sla) for n in natives)):
             if clock.left() < 60:
                 log("time limit: skipping the remaining closed-loop peaks")
                 break
@@ -148,7 +166,7 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
                 log(f"closed loop {model} FAILED: {str(exc)[-300:]}")
         results["closed_loop"] = peaks
         results["timeline"]["peaks_done_s"] = clock.elapsed()
-        bench.unload(EXPLICIT_PEAK)  # its stub would only take CPU from here on
+        bench.unload(family.explicit_peak)  # its stub would only take CPU from here on
         native_peaks = [p["throughput_rps"] for m, p in peaks.items()
                         if m in natives and p.get("throughput_rps")]
         if args.native_peak_rps:
@@ -177,7 +195,8 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
             rate = load * peak
             arrivals = BENCH.arrivals_for("poisson", rate, settings.warmup_s + seg_s,
                                           SEED + int(round(load * 100)), slas, settings.lengths)
-            roles = [("explicit", EXPLICIT)] + [(f"native_d{d}", native_name(d)) for d in delays]
+            roles = ([("explicit", family.explicit)]
+                     + [(f"native_d{d}", family.native(d)) for d in delays])
             if i % 2:
                 roles.reverse()
             row = {"load": load, "rate_rps": rate, "cells": {}, "skipped": [],
@@ -222,6 +241,9 @@ def _terminate(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(FAMILIES), default="minilm",
+                        help="the model to run (default minilm; bert_large: random weights, "
+                             "fp16, device-bound)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="tiny loads and short segments on the CPU (not a device result)")
     parser.add_argument("--time-limit-s", type=float, default=None,
@@ -263,11 +285,14 @@ def main(argv: list[str] | None = None) -> int:
                                                               else sys.argv[1:]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "smoke": settings.smoke,
         "time_limit_s": limit, "device": info, "device_label": device_label(info),
+        "model": args.model, "model_title": FAMILIES[args.model].title,
+        "model_outputs": FAMILIES[args.model].outputs,
         "source": ("CPU smoke run, not a device result" if settings.smoke else
                    f"real device: {device_label(info)}"),
         "settings": {"grid": settings.grid, "lengths": vars(settings.lengths),
                      "sla_classes_ms": settings.sla_classes_ms,
-                     "concurrency": settings.concurrency, "loads": settings.loads},
+                     "concurrency": settings.concurrency, "loads": settings.loads,
+                     "bert_layers": settings.bert_layers},
         "timeline": {}, "open_loop": [], "cut_short": False}
     log(f"device: {device_label(info)}; {'CPU SMOKE RUN' if settings.smoke else 'device run'}; "
         f"limit {limit:.0f} s; output {out_dir}")
@@ -277,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     try:
         if not args.skip_calibration:
-            results["cost_table"] = measure_costs(settings, info, out_dir)
+            results["cost_table"] = measure_costs(settings, info, out_dir,
+                                                  FAMILIES[args.model])
             results["timeline"]["cost_table_done_s"] = clock.elapsed()
         run_bench(args, settings, clock, info, out_dir, results)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the report says what failed

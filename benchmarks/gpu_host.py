@@ -11,7 +11,7 @@ import platform
 import time
 from contextlib import contextmanager
 
-from benchmarks.gpu_plan import Settings, EXPLICIT_LINE, MODEL_LINE, log
+from benchmarks.gpu_plan import EXPLICIT_LINE, MODEL_LINE, ModelFamily, Settings, log
 from triton_backend.device_calibration import calibration_grid, measure_cost_table
 
 
@@ -53,12 +53,12 @@ def device_label(info: dict) -> str:
     return f"{name} ({info['torch_device']})"
 
 
-def measure_costs(settings: Settings, info: dict, out_dir: str) -> dict:
-    """The cost table of MiniLMEncoder on this process's device, written to cost_table.json."""
-    from triton_backend.executors import MiniLMEncoder
-
-    log(f"cost table: loading MiniLMEncoder on {info['torch_device']}")
-    encoder = MiniLMEncoder(intra_op_threads=1, device=info["torch_device"])
+def measure_costs(settings: Settings, info: dict, out_dir: str, family: ModelFamily) -> dict:
+    """The cost table of the model's encoder on this process's device, written to
+    cost_table.json."""
+    encoder = family.encoder(info["torch_device"], settings.bert_layers)
+    name = type(encoder).__name__
+    log(f"cost table: {name} on {info['torch_device']}")
     batches, lengths = calibration_grid(*settings.grid)
     result = measure_cost_table(encoder.run, batches, lengths, settings.calibration_budget_s,
                                 warmups=settings.warmups, repeats=settings.repeats,
@@ -68,11 +68,12 @@ def measure_costs(settings: Settings, info: dict, out_dir: str) -> dict:
         import torch
         torch.cuda.empty_cache()
     doc = {
-        "what": (f"wall time of MiniLMEncoder.run() on {info['torch_device']} "
-                 f"(all-MiniLM-L6-v2 architecture, eager fp32, torch {info['torch']}), batch "
+        "what": (f"wall time of {name}.run() on {info['torch_device']} "
+                 f"({family.outputs}; eager, torch {info['torch']}), batch "
                  f"of B sequences of L tokens each (no padding inside), median of "
                  f"{settings.repeats} after {settings.warmups} warm-ups; includes host-to-"
                  "device copy and .cpu() of the result; measured by scripts/gpu_bench.py"),
+        "encoder": name,
         "device": device_label(info),
         "torch_device_name": info["torch_name"],
         "nvml_name": info.get("nvml_name"),
@@ -126,8 +127,8 @@ def closed_loop_peak(server, model: str, input_data: str, settings: Settings) ->
             "server_queue_ms": r.server_queue_ms}
 
 
-def sanity_check(server, models: list[str]) -> dict[str, str]:
-    """One request per model: a 384-float EMBEDDING back (an empty one is the numpy-2
+def sanity_check(server, models: list[str], width: int) -> dict[str, str]:
+    """One request per model: a ``width``-float EMBEDDING back (an empty one is the numpy-2
     failure: numpy 2 under Triton 24.10's Python backend)."""
     import numpy as np
     import tritonclient.grpc as grpcclient
@@ -141,9 +142,9 @@ def sanity_check(server, models: list[str]) -> dict[str, str]:
             t.set_data_from_numpy(ids)
             res = client.infer(model, [t], client_timeout=60.0)
             emb = res.as_numpy("EMBEDDING")
-            if emb is None or emb.size != 384:
+            if emb is None or emb.size != width:
                 raise RuntimeError(f"{model}: EMBEDDING of shape "
-                                   f"{None if emb is None else emb.shape}, expected (1, 384) "
+                                   f"{None if emb is None else emb.shape}, expected (1, {width}) "
                                    "(numpy 2 under Triton 24.10 gives empty outputs)")
             out[model] = f"ok, |embedding| = {float(np.linalg.norm(emb)):.3f}"
     finally:

@@ -19,12 +19,55 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SHIPPED = os.path.join(REPO_ROOT, "model_repository")
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "gpu")
-EXPLICIT, EXPLICIT_PEAK = "minilm_explicit", "minilm_explicit_peak"
-NATIVE_SRC = "minilm_native"
+# The shipped models every bench model is copied from (executor and output width edited).
+EXPLICIT_SRC, NATIVE_SRC = "minilm_explicit", "minilm_native"
 LOADS = (0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.5, 2.0)
 NATIVE_DELAYS_US = (0, 1000, 5000)
 NATIVE_MAX_BATCH = 64
 SEED = BENCH.SEED
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """One model the bench runs (``--model``): its executor, its output width and what its
+    outputs mean. Its Triton models are ``<key>_explicit``, ``<key>_explicit_peak`` and
+    ``<key>_native_d<delay>``."""
+
+    key: str
+    title: str  # the report's heading
+    executor: str  # the ``executor`` model-config parameter
+    output_dim: int  # floats of EMBEDDING a request
+    outputs: str  # what the answers mean, for the report
+
+    @property
+    def explicit(self) -> str:
+        return f"{self.key}_explicit"
+
+    @property
+    def explicit_peak(self) -> str:
+        return f"{self.key}_explicit_peak"
+
+    def native(self, delay_us: int) -> str:
+        return f"{self.key}_native_d{int(delay_us)}"
+
+    def encoder(self, device: str, bert_layers: int):
+        """The executor in this process, for the bench's own cost table."""
+        from triton_backend.executors import MiniLMEncoder, RandomBertLargeEncoder
+        if self.executor == "bert_large_random":
+            return RandomBertLargeEncoder(intra_op_threads=1, device=device, layers=bert_layers)
+        return MiniLMEncoder(intra_op_threads=1, device=device)
+
+
+FAMILIES = {
+    "minilm": ModelFamily(
+        "minilm", "MiniLM", "minilm", 384,
+        "all-MiniLM-L6-v2 (on a host without its weights, gpu/remote.sh gives it random "
+        "ones: the timings are the architecture's)"),
+    "bert_large": ModelFamily(
+        "bert_large", "BERT-large (random weights, fp16)", "bert_large_random", 1024,
+        "the BERT-large architecture with RANDOM weights (fp16 on a GPU, nothing "
+        "downloaded): the outputs are meaningless, the costs are real"),
+}
 
 
 def log(msg: str) -> None:
@@ -52,6 +95,7 @@ class Settings:
     segment_overhead_s: float  # queue-idle check, stub lookup, client set-up, drain
     idle_timeout_s: float  # longest wait for every model's backlog to clear before a segment
     server_start_timeout_s: float
+    bert_layers: int = 24  # bert_large's encoder layers (the smoke run's CPU takes fewer)
 
 
 GPU = Settings(smoke=False, grid=(64, 512, 64 * 512), calibration_budget_s=20.0, warmups=3,
@@ -64,7 +108,7 @@ SMOKE = Settings(smoke=True, grid=(8, 64, 8 * 64), calibration_budget_s=5.0, war
                  sla_classes_ms=tuple(5.0 * c for c in BENCH.SLA_CLASSES_MS), concurrency=8,
                  peak_measurement_ms=1500, loads=(0.5, 1.0, 2.0), warmup_s=0.5,
                  min_segment_s=1.5, max_segment_s=3.0, segment_overhead_s=1.5, idle_timeout_s=20.0,
-                 server_start_timeout_s=240.0)
+                 server_start_timeout_s=240.0, bert_layers=1)
 
 
 @dataclass
@@ -114,6 +158,6 @@ def server_errors(stats: B.SegmentStats) -> int:
                if code not in (CLIENT_TIMEOUT, LOST, SEND_FAILED))
 
 
-MODEL_LINE = re.compile(r'\w+\.py:\d+\] "((?:minilm)[^"]*)"')
+MODEL_LINE = re.compile(r'\w+\.py:\d+\] "((?:%s)[^"]*)"' % "|".join(FAMILIES))
 EXPLICIT_LINE = re.compile(r"^(?P<model>\S+): explicit batching on profile '(?P<profile>[^']*)' "
                             r"\(chosen by (?P<why>[^;]*);.*placement: (?P<placement>.*)$")

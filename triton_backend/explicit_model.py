@@ -40,10 +40,11 @@ from .executors import EmulatedDevice
 from .hold_driver import HoldDriver
 from .intake import make_intake
 from .load_calibration import calibrate_at_load
-from .model_loading import (LoadRefused, check_inner_model, choose_intake, inner_contract,
-                            instance_index, instance_placement, is_embedding_contract,
-                            load_profile, make_executor, queue_prefetches)
-from .model_settings import SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
+from .model_loading import (LoadRefused, check_embedding_width, check_inner_model,
+                            choose_intake, inner_contract, instance_index,
+                            instance_placement, is_embedding_contract, load_profile,
+                            make_executor, queue_prefetches)
+from .model_settings import REAL_EXECUTORS, SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
 from .responder import Responder
 from .runner import Perception, Runner
 from .threaded_driver import ThreadedDriver
@@ -79,7 +80,7 @@ class ExplicitModel:
         settings = self.settings = ModelSettings.from_model_config(self.model_name, self.config)
         inner = settings.inner_model
         self.placement = instance_placement(args, settings)
-        default_profile = "cpu" if settings.executor == "minilm" else "t4"
+        default_profile = "cpu" if settings.executor in REAL_EXECUTORS else "t4"
         warn = pb_utils.Logger.log_warn
         self.profile, why = load_profile(args, settings, default_profile,
                                          self.placement.nvml_index, warn)
@@ -96,6 +97,7 @@ class ExplicitModel:
         else:
             self.executor, _ = make_executor(args, settings, self.placement, warn,
                                              self.profile)
+            check_embedding_width(self.model_name, self.config, self.executor)
         # Real compute measures its own cost table before serving (the profile's cost
         # model is only the seed); see load_calibration.
         self.profile, _, cost_note = calibrate_at_load(

@@ -13,7 +13,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
-from .model_loading import LoadRefused, instance_placement, make_executor
+from .model_loading import (LoadRefused, check_embedding_width, instance_placement,
+                            make_executor)
 from .model_settings import ModelSettings, SettingsError
 from .request_decoding import RequestError, decode_padded_batch
 from .answers import error
@@ -34,6 +35,7 @@ class InnerModel:
             self.placement = instance_placement(args, settings)
             self.executor, _ = make_executor(args, settings, self.placement,
                                              pb_utils.Logger.log_warn)
+            check_embedding_width(args["model_name"], self.config, self.executor)
         except (SettingsError, LoadRefused) as exc:
             raise pb_utils.TritonModelException(str(exc)) from None
         pb_utils.Logger.log_info(f"{args['model_name']}: {self.placement.why}")

@@ -18,9 +18,9 @@ from scheduler_core.profile_parse import with_dotted_overrides
 from scheduler_core.profile_files import load_profile_dir, select_profile
 from sidecar.nvml import detect_device_name
 
-from .executors import DeviceGate, EmulatedDevice, MiniLMEncoder
+from .executors import DeviceGate, EmulatedDevice, MiniLMEncoder, RandomBertLargeEncoder
 from .intake import DEFAULT_INTAKE
-from .model_settings import ModelSettings
+from .model_settings import EXECUTORS, REAL_EXECUTORS, ModelSettings
 from .placement import Placement, PlacementError, placement
 from .tensor_contract import Contract, ContractError, check_inner_config
 
@@ -144,9 +144,9 @@ def instance_placement(args: Mapping[str, Any], settings: ModelSettings) -> Plac
     """Where this instance runs (torch device) and which GPU NVML watches: Triton's
     instance kind and device id, and the parameter ``device`` (see ``placement``)."""
     def cuda_available() -> bool:  # asked only when a GPU is wanted
-        if settings.executor != "minilm" or settings.inner_model:
+        if settings.executor not in REAL_EXECUTORS or settings.inner_model:
             return True  # no CUDA code runs here: the GPU only names what NVML watches
-        import torch  # noqa: PLC0415 - only MiniLM on a GPU needs it here
+        import torch  # noqa: PLC0415 - only real compute on a GPU needs it here
         return torch.cuda.is_available()
 
     try:
@@ -165,14 +165,32 @@ def make_executor(args: Mapping[str, Any], settings: ModelSettings, where: Place
     if settings.executor == "minilm":
         return MiniLMEncoder(intra_op_threads=settings.intra_op_threads,
                              device=where.device), None
+    if settings.executor == "bert_large_random":
+        return RandomBertLargeEncoder(intra_op_threads=settings.intra_op_threads,
+                                      device=where.device, layers=settings.bert_layers), None
     if settings.executor == "emulated":
         if profile is None:
             profile, _ = load_profile(args, settings, "t4", where.nvml_index, warn)
         gate = DeviceGate(settings.device_gate_file) if settings.device_gate_file else None
         return EmulatedDevice(profile.cost_model, profile.emulation,
                               settings.fault_injection_token, gate), profile
-    raise LoadRefused(f"model '{args['model_name']}': parameter 'executor' must be 'minilm' "
-                      f"or 'emulated' (or set inner_model), got {settings.executor!r}")
+    raise LoadRefused(f"model '{args['model_name']}': parameter 'executor' must be one of "
+                      f"{EXECUTORS} (or set inner_model), got {settings.executor!r}")
+
+
+def check_embedding_width(model: str, config: Mapping[str, Any], executor: Any) -> None:
+    """Refuse a config whose EMBEDDING output is not the executor's width (MiniLM and the
+    emulated device answer 384 floats a request, bert_large_random 1024): Triton would
+    otherwise fail every answer, or the client would read a wrong shape."""
+    width = getattr(executor, "output_dim", None)
+    dims = [o.get("dims") for o in config.get("output", []) if o.get("name") == "EMBEDDING"]
+    if width is None or not dims:
+        return
+    have = [int(d) for d in dims[0]]
+    if have != [int(width)]:
+        raise LoadRefused(f"model '{model}': output EMBEDDING has dims {have}, but executor "
+                          f"{type(executor).__name__} answers {width} floats a request: set "
+                          f"dims: [ {width} ]")
 
 
 def inner_contract(args: Mapping[str, Any], config: Mapping[str, Any],

@@ -36,7 +36,10 @@ SHUTDOWN_DRAIN_S = 20.0
 # rarely gives up within a few ms of sending (docs/defaults.md). Those that waited less are
 # computed even if cancelled.
 CANCEL_CHECK_MIN_WAIT_S = 0.1
-EXECUTORS = ("minilm", "emulated")
+EXECUTORS = ("minilm", "bert_large_random", "emulated")
+# The executors that compute for real (torch, on the instance's device): their cost table
+# is measured at load, and a GPU placement asks torch whether CUDA is there.
+REAL_EXECUTORS = ("minilm", "bert_large_random")
 INNER_MODEL_CHECKS = ("repository", "off")
 SIDECAR_MODES = ("thread", "off", "file:PATH")
 # Keys the Python backend itself reads from the same parameters (python_be.cc r24.09);
@@ -59,6 +62,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "decode_fault_token": (0, None),
     "benchmark_mode_restore_max_queue_size": (0, None),
     "max_sequence_length": (1, 1_000_000),
+    "bert_layers": (1, 48),
     "batch_timeout_floor_ms": (1, 3_600_000),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -76,7 +80,7 @@ class SettingsError(ValueError):
 class ModelSettings:
     """Every parameter the plugin reads, typed (strings left empty mean "not set")."""
 
-    executor: str = ""  # "minilm" | "emulated": the in-process executor
+    executor: str = ""  # one of EXECUTORS: the in-process executor
     inner_model: str = ""  # a model in this repository to run batches on, through BLS
     inner_model_check: str = "repository"  # "off": the inner model is elsewhere
     intake: str = ""  # "" = hold behind Triton's batcher, release without one
@@ -85,7 +89,8 @@ class ModelSettings:
     device: str = ""  # placement (see placement.py)
     sidecar: str = "thread"  # "thread" | "off" | "file:PATH"
     metrics_url: str = ""  # Triton's metrics page, for the in-process sidecar
-    intra_op_threads: int = 1  # MiniLM's torch threads
+    intra_op_threads: int = 1  # the real executors' torch threads
+    bert_layers: int = 24  # bert_large_random's encoder layers (BERT-large has 24)
     responder_threads: int = RESPONDER_THREADS
     gather_grace_ms: float = GATHER_GRACE_MS
     wake_after_ms: float = WAKE_AFTER_MS

@@ -79,6 +79,20 @@ def test_repository_on_a_cpu_has_no_device_parameter(gb, tmp_path):
         assert "device" not in _params(_config(tmp_path / m))
 
 
+def test_the_bert_large_repository_runs_the_random_encoder_at_its_width(gb, tmp_path):
+    from benchmarks.gpu_plan import FAMILIES
+
+    models = gb.build_repository(str(tmp_path), (0,), "cuda:0", {}, FAMILIES["bert_large"],
+                                 bert_layers=2)
+    assert models == ["bert_large_explicit", "bert_large_explicit_peak", "bert_large_native_d0"]
+    for m in models:
+        config = _config(tmp_path / m)
+        params = _params(config)
+        assert params["executor"] == "bert_large_random" and params["bert_layers"] == "2"
+        assert list(config.output[0].dims) == [1024]
+    assert _config(tmp_path / "bert_large_native_d0").max_batch_size == 64
+
+
 def test_report_names_the_source(gb):
     from benchmarks.segment_stats import SegmentStats
 
@@ -102,5 +116,8 @@ def test_report_names_the_source(gb):
     assert "Figures from a real device: NVIDIA H200 (cuda:0)" in text
     assert "| 0.5 | 900 | 4.5 | 90.0 |" in text and "| native_d0 | 5.0 | 100.0 |" in text
     assert "skipped (time limit)" in text
+    assert text.startswith("# MiniLM on NVIDIA H200")
+    results["model"] = "bert_large"
+    assert "outputs are meaningless, the costs are real" in gb.render_report(results)
     results["smoke"] = True
     assert "CPU smoke run, not a device result" in gb.render_report(results)

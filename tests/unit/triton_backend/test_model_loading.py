@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from triton_backend.model_loading import (LoadRefused, check_inner_model, choose_intake,
+from triton_backend.model_loading import (LoadRefused, check_embedding_width,
+                                          check_inner_model, choose_intake,
                                           inner_contract, instance_index,
                                           load_profile, make_executor, queue_prefetches)
 from triton_backend.model_settings import ModelSettings
@@ -75,8 +76,37 @@ def test_an_inner_model_with_no_folder_refuses_unless_the_check_is_off():
 
 def test_no_executor_refuses_naming_the_choices():
     where = placement("CPU", "0", lambda: False, "", None)
-    with pytest.raises(LoadRefused, match="'executor' must be 'minilm' or 'emulated'"):
+    with pytest.raises(LoadRefused, match="'executor' must be one of .*'minilm'.*'emulated'"):
         make_executor(ARGS, settings(), where, warn=print)
+
+
+def test_the_random_bert_executor_answers_1024_floats_a_request():
+    """bert_large_random (one layer here, on the CPU): real compute, timed at load, unit
+    rows of BERT-large's width."""
+    import numpy as np
+
+    where = placement("CPU", "0", lambda: False, "", None)
+    executor, profile = make_executor(ARGS, settings(executor="bert_large_random",
+                                                     bert_layers="1"), where, warn=print)
+    assert profile is None and executor.measured_at_load and executor.output_dim == 1024
+    assert len(executor.model.encoder.layer) == 1
+    out = executor.run([np.arange(1, 9), np.arange(3, 40)])
+    assert out.shape == (2, 1024) and out.dtype == np.float32
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dims,refused", [([384], False), ([1024], True), ([-1], True)])
+def test_an_embedding_width_other_than_the_executors_refuses_naming_both(dims, refused):
+    from triton_backend.executors import EmulatedDevice
+
+    config = {"output": [{"name": "EMBEDDING", "data_type": "TYPE_FP32", "dims": dims}]}
+    executor = EmulatedDevice.__new__(EmulatedDevice)  # only its width is read
+    if not refused:
+        check_embedding_width("m", config, executor)
+        return
+    with pytest.raises(LoadRefused, match=r"model 'm': output EMBEDDING has dims "
+                                          rf"\[{dims[0]}\], .* answers 384 floats"):
+        check_embedding_width("m", config, executor)
 
 
 def test_an_instance_knows_its_index_in_the_group():

@@ -39,7 +39,9 @@ def test_an_unknown_key_without_a_near_one_lists_the_known_keys():
 
 
 @pytest.mark.parametrize("key, value, why", [
-    ("executor", "gpu", r"must be one of \('minilm', 'emulated'\), got 'gpu'"),
+    ("executor", "gpu",
+     r"must be one of \('minilm', 'bert_large_random', 'emulated'\), got 'gpu'"),
+    ("bert_layers", "0", r"must be in \[1, 48\], got 0"),
     ("intake", "batch", r"must be one of \('gather', 'release', 'hold'\), got 'batch'"),
     ("inner_model_check", "maybe", "must be one of"),
     ("responder_threads", "four", "must be an integer, got 'four'"),

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One GPU session's device check, as one bounded command: scripts/gpu_bench.py on both of
+# its models, MiniLM (launch-bound on a big GPU) and BERT-large with random fp16 weights
+# (device-bound), each explicit vs Triton's batcher (max_queue_delay 0, batch 64).
+#
+# On the GPU host, from the project root, inside the packed environment:
+#   bash .gpu/remote.sh bash scripts/gpu_session.sh OUT_DIR [SECONDS_PER_MODEL]
+# OUT_DIR receives <model>_report.md for each model and gpu_bench.tgz (every file of both
+# runs: results.json, cost_table.json, tritonserver.log, report.md), and nvidia-smi.txt.
+# Each run stops itself at SECONDS_PER_MODEL (default 220; a hard alarm 45 s later), so
+# the whole check ends within about 2 x (SECONDS_PER_MODEL + 45) s after the set-up.
+# GPU_SESSION_EXTRA adds gpu_bench.py arguments (--cpu-smoke tries this script on a CPU).
+set -u
+out=${1:?usage: gpu_session.sh OUT_DIR [SECONDS_PER_MODEL]}
+per_model=${2:-220}
+work=$(mktemp -d)
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
+  > "$out/nvidia-smi.txt" 2>&1
+rc=0
+for model in minilm bert_large; do
+  python3 scripts/gpu_bench.py --model "$model" --time-limit-s "$per_model" \
+    --native-delays-us 0 --calibration-budget-s 10 --out "$work/$model" \
+    ${GPU_SESSION_EXTRA:-} || rc=1
+  cp "$work/$model/report.md" "$out/${model}_report.md" 2>/dev/null
+done
+tar -C "$work" -czf "$out/gpu_bench.tgz" .
+exit $rc
