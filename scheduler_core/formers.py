@@ -75,7 +75,14 @@ class ShortestFirstFormer(LengthAwareFormer):
     prefixes within the size and padded-token limits, and within
     ``overload_call_budget_sla_fraction`` of the tightest SLA seen (what arrives while a
     batch runs must still make its deadline after it), the one whose estimated end keeps
-    the most members in time is formed, less the members it would make late. What is
+    the most members in time is formed, less the members it would make late. Where the
+    shortest request alone already costs more than that budget (a big model on a
+    launch-bound GPU: BERT-large costs about 8 ms for any batch up to ~8k tokens on an
+    H200, the budget of a 50 ms SLA is 12.5 ms), the batch may cost up to
+    ``max_padding_waste`` more than that lone run: the call cannot be shorter than one
+    batch, and members that ride free must not be left to wait for calls of their own
+    (without this floor the former ran one request a call and refused the rest, and the
+    overload it answered never ended, on a real GPU at 0.3x native's peak). What is
     left (the longest, and the hopeless) waits and is refused once its deadline is out of
     reach, before that deadline; intake hold refuses a call's tail at its budget."""
 
@@ -103,7 +110,9 @@ class ShortestFirstFormer(LengthAwareFormer):
             real, squared = real + n, squared + n * n
             deadlines.append(items[top[rank]].deadline_s)
             batch_ms = est.estimate_parts_ms(k, n, real, squared)
-            if batch_ms > cap_ms and k > 1:
+            if k == 1:  # the floor: one batch is the shortest call there is
+                cap_ms = max(cap_ms, batch_ms * (1.0 + self.control.max_padding_waste))
+            elif batch_ms > cap_ms:
                 break
             end_s = now_s + batch_ms / 1000.0
             met = sum(1 for d in deadlines if d >= end_s)

@@ -380,3 +380,30 @@ def test_the_overload_former_keeps_a_batch_within_the_call_budget_of_the_tightes
     assert len(former.form(queue, state, 0.0, flush=True).entries) == 6
     assert len(former.form(queue, replace(state, tightest_sla_ms=None), 0.0,
                            flush=True).entries) == 16
+
+
+def test_where_one_request_alone_passes_the_call_budget_the_overload_batch_still_fills():
+    """A launch-bound device whose cheapest batch costs more than the budget (8 ms for any
+    batch up to 4k tokens, the budget 0.25 x 20 ms = 5 ms): members that ride free join,
+    up to max_padding_waste above the lone run, instead of one request a call (seen on an
+    H200 with BERT-large: one request a call, the rest refused, an overload that never
+    ended at 0.3x native's peak)."""
+    est = CostEstimator(CostModelConfig(fixed_ms=8.0, per_sequence_ms=0.0,
+                                        per_token_ms=0.0001, per_token_squared_ms=0.0),
+                        "padded")
+    cfg, ctl = SchedulerConfig(max_batch_size=64), ControlConfig()
+    queue = EntryQueue()
+    for i in range(40):
+        queue.append(Entry(QueuedRequest(i, 32, 0.0, 1000.0), 0.0,
+                           est.base_parts_ms(1, 32, 32, 1024),
+                           est.base_parts_ms(40, 32, 1280, 40960)))
+    state = replace(Controller(cfg, ctl).state, tightest_sla_ms=20.0)
+    former = make_former("shortest_first", cfg, ctl, est)
+    assert len(former.form(queue, state, 0.0, flush=True).entries) == 40
+    # ... and the floor is the lone run plus max_padding_waste, not unbounded: where each
+    # member adds 1 ms to an 8 ms launch, 8 ms x 1.15 = 9.2 ms admits one more.
+    steep = CostEstimator(CostModelConfig(fixed_ms=7.0, per_sequence_ms=1.0,
+                                          per_token_ms=0.0, per_token_squared_ms=0.0),
+                          "padded")
+    former = make_former("shortest_first", cfg, ctl, steep)
+    assert len(former.form(queue, state, 0.0, flush=True).entries) == 2
