@@ -30,6 +30,7 @@ Pure: every call takes ``now_s``.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from .candidate import BatchFormer, Candidate
@@ -82,7 +83,13 @@ class ShortestFirstFormer(LengthAwareFormer):
     ``max_padding_waste`` more than that lone run: the call cannot be shorter than one
     batch, and members that ride free must not be left to wait for calls of their own
     (without this floor the former ran one request a call and refused the rest, and the
-    overload it answered never ended, on a real GPU at 0.3x native's peak). What is
+    overload it answered never ended, on a real GPU at 0.3x native's peak). And where
+    batches within the budget would serve fewer requests a second than arrive (the
+    perception's arrival rate) while full batches would serve them all, the budget goes:
+    it would make an overload of its own (BERT-large with fp16 on an H200, where a batch
+    shape seen for the first time costs about 35 ms and one of 1 request 6 ms, served one
+    request a call at 0.3x native's peak and refused 70 %). In a true overload, where even
+    full batches fall behind, the budget holds. What is
     left (the longest, and the hopeless) waits and is refused once its deadline is out of
     reach, before that deadline; intake hold refuses a call's tail at its budget."""
 
@@ -101,21 +108,21 @@ class ShortestFirstFormer(LengthAwareFormer):
             order = sorted((n, rank) for rank, n in enumerate(lengths))
         cap_ms = (self.control.overload_call_budget_sla_fraction * state.tightest_sla_ms
                    if state.tightest_sla_ms else math.inf)
+        if cap_ms < math.inf:
+            cap_ms = self._budget_ms(cap_ms, order, state.observation.arrival_rate_rps)
         best, best_met, best_end_s = 1, -1, math.inf
         real = squared = 0
-        deadlines: list[float] = []
+        deadlines: list[float] = []  # the prefix's deadlines, sorted
         for k, (n, rank) in enumerate(order[:cap], 1):
             if n * k > cfg.max_batch_tokens and k > 1:
                 break
             real, squared = real + n, squared + n * n
-            deadlines.append(items[top[rank]].deadline_s)
+            bisect.insort(deadlines, items[top[rank]].deadline_s)
             batch_ms = est.estimate_parts_ms(k, n, real, squared)
-            if k == 1:  # the floor: one batch is the shortest call there is
-                cap_ms = max(cap_ms, batch_ms * (1.0 + self.control.max_padding_waste))
-            elif batch_ms > cap_ms:
+            if batch_ms > cap_ms and k > 1:
                 break
             end_s = now_s + batch_ms / 1000.0
-            met = sum(1 for d in deadlines if d >= end_s)
+            met = len(deadlines) - bisect.bisect_left(deadlines, end_s)
             if met > best_met:
                 best, best_met, best_end_s = k, met, end_s
         chosen = [items[top[rank]] for _, rank in order[:best]]
@@ -123,6 +130,39 @@ class ShortestFirstFormer(LengthAwareFormer):
         return Candidate(members, self._lengths_ms([e.seq_len for e in members]), True,
                          Reason.FLUSH if flush else Reason.DRAIN,
                          min(e.deadline_s for e in members))
+
+
+    def _budget_ms(self, budget_ms: float, order: list[tuple[int, int]],
+                   rate_rps: float) -> float:
+        """The batch cost the overload call budget allows: ``budget_ms``, at least the
+        shortest request's lone run plus ``max_padding_waste``, and no limit where batches
+        within it would serve fewer requests a second than arrive while full batches would
+        serve them all (capacities at the queue's median length)."""
+        est = self.estimator
+        n = order[0][0]
+        budget_ms = max(budget_ms, est.estimate_parts_ms(1, n, n, n * n)
+                        * (1.0 + self.control.max_padding_waste))
+        if rate_rps <= 0:
+            return budget_ms
+        median = order[len(order) // 2][0]
+        if self._capacity_rps(median, budget_ms) < rate_rps <= self._capacity_rps(median,
+                                                                                  math.inf):
+            return math.inf
+        return budget_ms
+
+    def _capacity_rps(self, n: int, limit_ms: float) -> float:
+        """Requests a second served by the best batch of ``n``-token requests whose
+        estimate is within ``limit_ms`` (one request at least)."""
+        cfg, est = self.cfg, self.estimator
+        best = 0.0
+        for m in range(1, cfg.max_batch_size + 1):
+            if m * n > cfg.max_batch_tokens and m > 1:
+                break
+            ms = est.estimate_parts_ms(m, n, m * n, m * n * n)
+            if ms > limit_ms and m > 1:
+                break
+            best = max(best, m * 1000.0 / ms) if ms > 0 else math.inf
+        return best
 
 
 FORMERS = {cls.name: cls for cls in (FifoFormer, LengthAwareFormer, EmergencyLengthAwareFormer,

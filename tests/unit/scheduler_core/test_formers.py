@@ -407,3 +407,33 @@ def test_where_one_request_alone_passes_the_call_budget_the_overload_batch_still
                           "padded")
     former = make_former("shortest_first", cfg, ctl, steep)
     assert len(former.form(queue, state, 0.0, flush=True).entries) == 2
+
+
+# What a BERT-large in fp16 cost on an H200 inside a server, where almost every batch of
+# more than one request had a shape (batch x longest) the process had not run before: 6 ms
+# for one request, about 40 ms for more (results/gpu_h200_c7ee9d4).
+NEW_SHAPES_TABLE = tuple((b, n, 6.0 if b == 1 else 40.0) for b in (1, 2, 8, 32, 64)
+                         for n in (16, 64, 128, 256, 512))
+
+
+@pytest.mark.parametrize("rate_rps, size", [
+    (234.0, 12),  # one a call serves 167/s, full batches 1,600/s: the whole queue goes
+    (0.0, 1),  # no arrival rate yet: the budget (0.25 x 50 ms) holds
+    (5000.0, 1),  # a true overload, even full batches fall behind: the budget holds
+])
+def test_a_budget_that_would_serve_slower_than_the_arrivals_gives_way(rate_rps, size):
+    """One request a call (6 ms) serves 167/s: at 234/s arriving, the budget alone would
+    make an overload that never ends (every call refusing its tail), while full batches
+    (64 in 40 ms) serve every arrival. The budget goes: the whole queue is one batch."""
+    est = CostEstimator(CostModelConfig(table=NEW_SHAPES_TABLE), "padded")
+    cfg, ctl = SchedulerConfig(max_batch_size=64, max_batch_tokens=16384), ControlConfig()
+    queue = EntryQueue()
+    for i in range(12):
+        queue.append(Entry(QueuedRequest(i, 32, 0.0, 100.0), 0.0,
+                           est.base_parts_ms(1, 32, 32, 1024),
+                           est.base_parts_ms(12, 32, 384, 12288)))
+    state = Controller(cfg, ctl).state
+    state = replace(state, tightest_sla_ms=50.0,
+                    observation=replace(state.observation, arrival_rate_rps=rate_rps))
+    former = make_former("shortest_first", cfg, ctl, est)
+    assert len(former.form(queue, state, 0.0, flush=True).entries) == size
