@@ -79,12 +79,14 @@ from simulation import workload as W
 
 def build_repository(repo: str, delays_us, device_param: str | None,
                      explicit_params: dict[str, str],
-                     family: ModelFamily = FAMILIES["minilm"], bert_layers: int = 24
-                     ) -> list[str]:
+                     family: ModelFamily = FAMILIES["minilm"], bert_layers: int = 24,
+                     shape_bucket_tokens: int = 0) -> list[str]:
     """The bench's model repository in ``repo``; returns the model names."""
     os.makedirs(repo, exist_ok=True)
     common = {"executor": family.executor,
               **({"device": device_param} if device_param else {}),
+              **({"shape_bucket_tokens": str(shape_bucket_tokens)}
+                 if shape_bucket_tokens else {}),
               **({"bert_layers": str(bert_layers)}
                  if family.executor == "bert_large_random" else {})}
 
@@ -119,7 +121,7 @@ def run_bench(args, settings: Settings, clock: Clock, info: dict, out_dir: str,
     work = tempfile.mkdtemp(prefix="gpu_bench_")
     repo = os.path.join(work, "repo")
     models = build_repository(repo, delays, device_param, explicit_params, family,
-                              settings.bert_layers)
+                              settings.bert_layers, args.shape_bucket_tokens)
     natives = [family.native(d) for d in delays]
     results["server"] = {"models": models, "device_parameter": device_param,
                          "explicit_params": explicit_params,
@@ -261,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explicit-param", action="append", default=[], metavar="KEY=VALUE",
                         help="extra model-config parameter for the explicit models (repeatable)")
     parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--shape-bucket-tokens", type=int, default=0,
+                        help="every model's shape_bucket_tokens (0: pad to the batch's "
+                             "longest; N: lengths to a multiple of N, rows to a power of two, "
+                             "warmed at load)")
     args = parser.parse_args(argv)
     for kv in args.explicit_param:
         if "=" not in kv:
@@ -285,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                                                               else sys.argv[1:]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "smoke": settings.smoke,
         "time_limit_s": limit, "device": info, "device_label": device_label(info),
-        "model": args.model, "model_title": FAMILIES[args.model].title,
-        "model_outputs": FAMILIES[args.model].outputs,
+        "shape_bucket_tokens": args.shape_bucket_tokens, "model": args.model,
+        "model_title": FAMILIES[args.model].title, "model_outputs": FAMILIES[args.model].outputs,
         "source": ("CPU smoke run, not a device result" if settings.smoke else
                    f"real device: {device_label(info)}"),
         "settings": {"grid": settings.grid, "lengths": vars(settings.lengths),
@@ -303,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.skip_calibration:
             results["cost_table"] = measure_costs(settings, info, out_dir,
-                                                  FAMILIES[args.model])
+                                                  FAMILIES[args.model],
+                                                  args.shape_bucket_tokens)
             results["timeline"]["cost_table_done_s"] = clock.elapsed()
         run_bench(args, settings, clock, info, out_dir, results)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the report says what failed

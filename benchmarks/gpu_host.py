@@ -53,10 +53,11 @@ def device_label(info: dict) -> str:
     return f"{name} ({info['torch_device']})"
 
 
-def measure_costs(settings: Settings, info: dict, out_dir: str, family: ModelFamily) -> dict:
-    """The cost table of the model's encoder on this process's device, written to
-    cost_table.json."""
-    encoder = family.encoder(info["torch_device"], settings.bert_layers)
+def measure_costs(settings: Settings, info: dict, out_dir: str, family: ModelFamily,
+                  shape_bucket_tokens: int = 0) -> dict:
+    """The cost table of the model's encoder (its shapes bucketed as the served models'
+    are) on this process's device, written to cost_table.json."""
+    encoder = family.encoder(info["torch_device"], settings.bert_layers, shape_bucket_tokens)
     name = type(encoder).__name__
     log(f"cost table: {name} on {info['torch_device']}")
     batches, lengths = calibration_grid(*settings.grid)

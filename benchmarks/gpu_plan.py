@@ -50,12 +50,14 @@ class ModelFamily:
     def native(self, delay_us: int) -> str:
         return f"{self.key}_native_d{int(delay_us)}"
 
-    def encoder(self, device: str, bert_layers: int):
+    def encoder(self, device: str, bert_layers: int, shape_bucket_tokens: int = 0):
         """The executor in this process, for the bench's own cost table."""
         from triton_backend.executors import MiniLMEncoder, RandomBertLargeEncoder
         if self.executor == "bert_large_random":
-            return RandomBertLargeEncoder(intra_op_threads=1, device=device, layers=bert_layers)
-        return MiniLMEncoder(intra_op_threads=1, device=device)
+            return RandomBertLargeEncoder(intra_op_threads=1, device=device, layers=bert_layers,
+                                          shape_bucket_tokens=shape_bucket_tokens)
+        return MiniLMEncoder(intra_op_threads=1, device=device,
+                             shape_bucket_tokens=shape_bucket_tokens)
 
 
 FAMILIES = {

@@ -164,10 +164,12 @@ def make_executor(args: Mapping[str, Any], settings: ModelSettings, where: Place
     caller has loaded it already, else the one ``load_profile`` chooses."""
     if settings.executor == "minilm":
         return MiniLMEncoder(intra_op_threads=settings.intra_op_threads,
-                             device=where.device), None
+                             device=where.device,
+                             shape_bucket_tokens=settings.shape_bucket_tokens), None
     if settings.executor == "bert_large_random":
         return RandomBertLargeEncoder(intra_op_threads=settings.intra_op_threads,
-                                      device=where.device, layers=settings.bert_layers), None
+                                      device=where.device, layers=settings.bert_layers,
+                                      shape_bucket_tokens=settings.shape_bucket_tokens), None
     if settings.executor == "emulated":
         if profile is None:
             profile, _ = load_profile(args, settings, "t4", where.nvml_index, warn)

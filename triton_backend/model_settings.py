@@ -63,6 +63,7 @@ BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "benchmark_mode_restore_max_queue_size": (0, None),
     "max_sequence_length": (1, 1_000_000),
     "bert_layers": (1, 48),
+    "shape_bucket_tokens": (0, 512),
     "batch_timeout_floor_ms": (1, 3_600_000),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -91,6 +92,9 @@ class ModelSettings:
     metrics_url: str = ""  # Triton's metrics page, for the in-process sidecar
     intra_op_threads: int = 1  # the real executors' torch threads
     bert_layers: int = 24  # bert_large_random's encoder layers (BERT-large has 24)
+    # The real executors' batch shapes (executors.TorchEncoder): 0 pads to the longest; N
+    # pads lengths to a multiple of N tokens and rows to a power of two, warmed at load.
+    shape_bucket_tokens: int = 0
     responder_threads: int = RESPONDER_THREADS
     gather_grace_ms: float = GATHER_GRACE_MS
     wake_after_ms: float = WAKE_AFTER_MS

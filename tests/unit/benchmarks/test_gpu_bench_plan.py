@@ -77,18 +77,20 @@ def test_repository_on_a_cpu_has_no_device_parameter(gb, tmp_path):
     gb.build_repository(str(tmp_path), (0,), None, {})
     for m in ("minilm_explicit", "minilm_native_d0"):
         assert "device" not in _params(_config(tmp_path / m))
+        assert "shape_bucket_tokens" not in _params(_config(tmp_path / m))
 
 
 def test_the_bert_large_repository_runs_the_random_encoder_at_its_width(gb, tmp_path):
     from benchmarks.gpu_plan import FAMILIES
 
     models = gb.build_repository(str(tmp_path), (0,), "cuda:0", {}, FAMILIES["bert_large"],
-                                 bert_layers=2)
+                                 bert_layers=2, shape_bucket_tokens=64)
     assert models == ["bert_large_explicit", "bert_large_explicit_peak", "bert_large_native_d0"]
     for m in models:
         config = _config(tmp_path / m)
         params = _params(config)
         assert params["executor"] == "bert_large_random" and params["bert_layers"] == "2"
+        assert params["shape_bucket_tokens"] == "64"
         assert list(config.output[0].dims) == [1024]
     assert _config(tmp_path / "bert_large_native_d0").max_batch_size == 64
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from scheduler_core.profile import CostModelConfig, EmulationConfig
-from triton_backend.executors import (EMBEDDING_DIM, EmulatedDevice, deterministic_embedding,
-                                      pad_batch, unpad_rows)
+from triton_backend.executors import (EMBEDDING_DIM, EmulatedDevice, bucketed_batch,
+                                      deterministic_embedding, pad_batch, unpad_rows)
 
 # Powers of two keep the expected costs exact.
 COST = CostModelConfig(fixed_ms=1.0, per_sequence_ms=0.5, per_token_ms=0.25,
@@ -106,3 +106,20 @@ def test_pad_unpad_round_trip(seqs):
     assert padded.shape == (len(seqs), max(len(s) for s in seqs))
     back = unpad_rows(padded)
     assert [b.tolist() for b in back] == seqs
+
+
+@pytest.mark.parametrize("rows, longest, shape", [
+    (1, 5, (1, 64)), (3, 64, (4, 64)), (5, 65, (8, 128)), (64, 512, (64, 512)),
+])
+def test_shape_buckets_bound_the_shapes_and_keep_every_real_row(rows, longest, shape):
+    seqs = [np.arange(1, longest + 1 - i % 3) for i in range(rows)]
+    out = bucketed_batch(seqs, 64)
+    assert out.shape == shape
+    assert np.array_equal(out[:rows, :longest], pad_batch(seqs))
+    assert not out[:rows, longest:].any()
+    assert (out[rows:, 0] == 101).all() and not out[rows:, 1:].any()  # no all-padding row
+
+
+def test_without_buckets_the_batch_is_padded_to_its_longest_only():
+    seqs = [np.arange(1, 4), np.arange(1, 7)]
+    assert np.array_equal(bucketed_batch(seqs, 0), pad_batch(seqs))

@@ -95,6 +95,21 @@ def test_the_random_bert_executor_answers_1024_floats_a_request():
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
 
 
+def test_shape_buckets_change_no_real_row():
+    """Padding a batch to its bucket shape (longer, more rows) leaves each request's
+    embedding as it was: padding is masked and the added rows are dropped."""
+    import numpy as np
+
+    where = placement("CPU", "0", lambda: False, "", None)
+    plain, _ = make_executor(ARGS, settings(executor="bert_large_random", bert_layers="1"),
+                             where, warn=print)
+    bucketed, _ = make_executor(ARGS, settings(executor="bert_large_random", bert_layers="1",
+                                               shape_bucket_tokens="64"), where, warn=print)
+    assert bucketed.shape_bucket_tokens == 64
+    seqs = [np.arange(1, 20), np.arange(5, 70), np.arange(3, 9)]
+    assert np.allclose(plain.run(seqs), bucketed.run(seqs), atol=1e-5)
+
+
 @pytest.mark.parametrize("dims,refused", [([384], False), ([1024], True), ([-1], True)])
 def test_an_embedding_width_other_than_the_executors_refuses_naming_both(dims, refused):
     from triton_backend.executors import EmulatedDevice

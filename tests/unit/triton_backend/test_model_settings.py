@@ -42,6 +42,7 @@ def test_an_unknown_key_without_a_near_one_lists_the_known_keys():
     ("executor", "gpu",
      r"must be one of \('minilm', 'bert_large_random', 'emulated'\), got 'gpu'"),
     ("bert_layers", "0", r"must be in \[1, 48\], got 0"),
+    ("shape_bucket_tokens", "1024", r"must be in \[0, 512\], got 1024"),
     ("intake", "batch", r"must be one of \('gather', 'release', 'hold'\), got 'batch'"),
     ("inner_model_check", "maybe", "must be one of"),
     ("responder_threads", "four", "must be an integer, got 'four'"),
