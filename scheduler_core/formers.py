@@ -151,18 +151,23 @@ class ShortestFirstFormer(LengthAwareFormer):
         return budget_ms
 
     def _capacity_rps(self, n: int, limit_ms: float) -> float:
-        """Requests a second served by the best batch of ``n``-token requests whose
-        estimate is within ``limit_ms`` (one request at least)."""
+        """Requests a second served by the largest batch of ``n``-token requests within
+        the size and token limits whose estimate is within ``limit_ms`` (one request at
+        least). Estimates grow with the batch, so a bisection finds it in a few of them:
+        this runs at every overload decision."""
         cfg, est = self.cfg, self.estimator
-        best = 0.0
-        for m in range(1, cfg.max_batch_size + 1):
-            if m * n > cfg.max_batch_tokens and m > 1:
-                break
-            ms = est.estimate_parts_ms(m, n, m * n, m * n * n)
-            if ms > limit_ms and m > 1:
-                break
-            best = max(best, m * 1000.0 / ms) if ms > 0 else math.inf
-        return best
+
+        def batch_ms(m: int) -> float:
+            return est.estimate_parts_ms(m, n, m * n, m * n * n)
+
+        lo = hi = max(1, min(cfg.max_batch_size, cfg.max_batch_tokens // max(n, 1)))
+        if batch_ms(hi) > limit_ms:
+            lo = 1
+            while hi - lo > 1:  # batch_ms(lo) within the limit (or lo == 1), hi past it
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if batch_ms(mid) <= limit_ms else (lo, mid)
+        ms = batch_ms(lo)
+        return lo * 1000.0 / ms if ms > 0 else math.inf
 
 
 FORMERS = {cls.name: cls for cls in (FifoFormer, LengthAwareFormer, EmergencyLengthAwareFormer,

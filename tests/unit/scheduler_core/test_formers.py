@@ -437,3 +437,15 @@ def test_a_budget_that_would_serve_slower_than_the_arrivals_gives_way(rate_rps, 
                     observation=replace(state.observation, arrival_rate_rps=rate_rps))
     former = make_former("shortest_first", cfg, ctl, est)
     assert len(former.form(queue, state, 0.0, flush=True).entries) == size
+
+
+def test_the_capacity_within_a_budget_is_its_largest_batch():
+    """One request in 6 ms within a 12.5 ms budget (167 a second); 64 in 40 ms without one
+    (1,600); the token limit caps the batch (16,384 / 512 = 32 in 40 ms: 800)."""
+    est = CostEstimator(CostModelConfig(table=NEW_SHAPES_TABLE), "padded")
+    former = make_former("shortest_first", SchedulerConfig(max_batch_size=64,
+                                                           max_batch_tokens=16384),
+                         ControlConfig(), est)
+    assert former._capacity_rps(32, 12.5) == pytest.approx(1000 / 6.0)
+    assert former._capacity_rps(32, float("inf")) == pytest.approx(1600.0)
+    assert former._capacity_rps(512, float("inf")) == pytest.approx(800.0)
