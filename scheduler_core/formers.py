@@ -76,22 +76,16 @@ class ShortestFirstFormer(LengthAwareFormer):
     prefixes within the size and padded-token limits, and within
     ``overload_call_budget_sla_fraction`` of the tightest SLA seen (what arrives while a
     batch runs must still make its deadline after it), the one whose estimated end keeps
-    the most members in time is formed, less the members it would make late. Where the
-    shortest request alone already costs more than that budget (a big model on a
-    launch-bound GPU: BERT-large costs about 8 ms for any batch up to ~8k tokens on an
-    H200, the budget of a 50 ms SLA is 12.5 ms), the batch may cost up to
-    ``max_padding_waste`` more than that lone run: the call cannot be shorter than one
-    batch, and members that ride free must not be left to wait for calls of their own
-    (without this floor the former ran one request a call and refused the rest, and the
-    overload it answered never ended, on a real GPU at 0.3x native's peak). And where
-    batches within the budget would serve fewer requests a second than arrive (the
-    perception's arrival rate) while full batches would serve them all, the budget goes:
-    it would make an overload of its own (BERT-large with fp16 on an H200, where a batch
-    shape seen for the first time costs about 35 ms and one of 1 request 6 ms, served one
-    request a call at 0.3x native's peak and refused 70 %). In a true overload, where even
-    full batches fall behind, the budget holds. What is
-    left (the longest, and the hopeless) waits and is refused once its deadline is out of
-    reach, before that deadline; intake hold refuses a call's tail at its budget."""
+    the most members in time is formed, less the members it would make late. Two floors
+    keep that budget from making an overload of its own (``_budget_ms``;
+    results/gpu_h200_2026-12-04): it is never below the shortest request's lone run plus
+    ``max_padding_waste`` (a call is never shorter than one batch, and members that ride
+    free must not wait for calls of their own), and it goes where batches within it would
+    serve fewer requests a second than arrive (the perception's arrival rate) while full
+    batches would serve them all. In a true overload, where even full batches fall
+    behind, the budget holds. What is left (the longest, and the hopeless) waits and is
+    refused once its deadline is out of reach, before that deadline; intake hold refuses
+    a call's tail at its budget."""
 
     name = "shortest_first"
 
@@ -130,7 +124,6 @@ class ShortestFirstFormer(LengthAwareFormer):
         return Candidate(members, self._lengths_ms([e.seq_len for e in members]), True,
                          Reason.FLUSH if flush else Reason.DRAIN,
                          min(e.deadline_s for e in members))
-
 
     def _budget_ms(self, budget_ms: float, order: list[tuple[int, int]],
                    rate_rps: float) -> float:

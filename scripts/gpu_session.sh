@@ -2,8 +2,8 @@
 # One GPU session's device check, as one bounded command: scripts/gpu_bench.py on both of
 # its models, MiniLM (launch-bound on a big GPU) and BERT-large with random fp16 weights
 # (device-bound), each explicit vs Triton's batcher (max_queue_delay 0, batch 64).
-# BERT-large pays about 29 ms more for a batch shape its process has not run before
-# (results/gpu_h200_2026-12-04), so its models pad to shape buckets of 64 tokens
+# BERT-large in fp16 pays a one-off cost for each batch shape its process has not run
+# before (results/gpu_h200_2026-12-04), so its models pad to shape buckets of 64 tokens
 # (shape_bucket_tokens), and scripts/gpu_shape_probe.py first checks that the buckets
 # remove that cost.
 #

@@ -135,11 +135,11 @@ class TorchEncoder:
     ``self.model`` (and set ``self.torch`` and ``self.device``).
 
     ``shape_bucket_tokens`` > 0 pads every batch to one of a bounded set of shapes
-    (``bucketed_batch``) and, on a GPU, runs each of them once at load: on an H200,
-    BERT-large in fp16 paid about 29 ms more for a batch shape its process had not run
-    before (results/gpu_h200_2026-12-04), and serving meets new shapes all the time. The
-    padding costs device time where the batch is compute-bound; 0 (the default) pads only
-    to the batch's longest."""
+    (``bucketed_batch``) and, on a GPU, runs each of them once at load: a GPU library may
+    pay a one-off cost for each batch shape a process has not run before, and serving
+    meets new shapes all the time (BERT-large in fp16 on an H200 did:
+    results/gpu_h200_2026-12-04). The padding costs device time where the batch is
+    compute-bound; 0 (the default) pads only to the batch's longest."""
 
     measured_at_load = True  # real compute: its cost table is measured when the model loads
     output_dim = EMBEDDING_DIM  # floats of EMBEDDING a request
