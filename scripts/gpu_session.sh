@@ -11,7 +11,8 @@
 #   bash .gpu/remote.sh bash scripts/gpu_session.sh OUT_DIR [SECONDS_PER_MODEL]
 # OUT_DIR receives <model>_report.md for each model and gpu_bench.tgz (every file of both
 # runs: results.json, cost_table.json, tritonserver.log, report.md), nvidia-smi.txt and
-# shape_probe_bert_large_b64.json.
+# shape_probe_bert_large_b64.json, and <model>_timelines.md: each model's per-call
+# timeline summed over its whole run (host ms per call, device idle while requests wait).
 # Each run stops itself at SECONDS_PER_MODEL (default 220; a hard alarm 45 s later), so
 # the whole check ends within about 2 x (SECONDS_PER_MODEL + 45) s after the set-up.
 # GPU_SESSION_EXTRA adds gpu_bench.py arguments (--cpu-smoke tries this script on a CPU).
@@ -30,10 +31,15 @@ fi
 for model in minilm bert_large; do
   buckets=0
   [ "$model" = bert_large ] && buckets=64
-  python3 scripts/gpu_bench.py --model "$model" --time-limit-s "$per_model" \
+  mkdir -p "$work/$model/timelines"
+  EXPLICIT_BATCHING_TIMELINE_DIR="$work/$model/timelines" \
+    python3 scripts/gpu_bench.py --model "$model" --time-limit-s "$per_model" \
     --native-delays-us 0 --calibration-budget-s 10 --shape-bucket-tokens "$buckets" \
     --out "$work/$model" ${GPU_SESSION_EXTRA:-} || rc=1
   cp "$work/$model/report.md" "$out/${model}_report.md" 2>/dev/null
+  # device idle while requests wait, each model over its whole run (every load mixed)
+  python3 scripts/host_ledger.py --timeline "$work/$model/timelines" \
+    > "$out/${model}_timelines.md" 2>&1
 done
 tar -C "$work" -czf "$out/gpu_bench.tgz" .
 exit $rc
