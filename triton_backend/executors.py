@@ -113,17 +113,19 @@ def deterministic_embedding(ids: np.ndarray) -> np.ndarray:
     return vec / np.linalg.norm(vec)
 
 
-def bucketed_batch(sequences: Sequence[np.ndarray], bucket_tokens: int) -> np.ndarray:
+def bucketed_batch(sequences: Sequence[np.ndarray], bucket_tokens: int,
+                   max_length: int = MINILM_MAX_SEQ_LEN) -> np.ndarray:
     """``pad_batch``, then (``bucket_tokens`` > 0) padded further to a bounded set of
-    shapes: the length up to a multiple of ``bucket_tokens``, the rows up to a power of
-    two. An added row holds one token (id 101, BERT's [CLS]) so no row is all padding;
+    shapes: the length up to a multiple of ``bucket_tokens`` but not past ``max_length``
+    (the model's positions; a longer batch keeps its own length), the rows up to a power
+    of two. An added row holds one token (id 101, BERT's [CLS]) so no row is all padding;
     the caller keeps the first ``len(sequences)`` rows."""
     ids = pad_batch(sequences)
     if bucket_tokens <= 0:
         return ids
     rows, length = ids.shape
-    out = np.zeros((1 << (rows - 1).bit_length(), -(-length // bucket_tokens) * bucket_tokens),
-                   dtype=ids.dtype)
+    bucketed = min(-(-length // bucket_tokens) * bucket_tokens, max(length, max_length))
+    out = np.zeros((1 << (rows - 1).bit_length(), bucketed), dtype=ids.dtype)
     out[:rows, :length] = ids
     out[rows:, 0] = 101
     return out
@@ -151,9 +153,10 @@ class TorchEncoder:
         step = self.shape_bucket_tokens
         if step <= 0:
             return 0
+        lengths = sorted({*range(step, max_length + 1, step), max_length})
         count, rows = 0, 1
         while rows <= max_rows:
-            for length in range(step, max_length + 1, step):
+            for length in lengths:
                 self.run([np.full(length, 1000, dtype=np.int64)] * rows)
                 count += 1
             rows *= 2

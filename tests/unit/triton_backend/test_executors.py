@@ -120,6 +120,11 @@ def test_shape_buckets_bound_the_shapes_and_keep_every_real_row(rows, longest, s
     assert (out[rows:, 0] == 101).all() and not out[rows:, 1:].any()  # no all-padding row
 
 
+def test_a_bucket_never_pads_past_the_models_positions():
+    assert bucketed_batch([np.arange(1, 513)], 100).shape == (1, 512)
+    assert bucketed_batch([np.arange(1, 402)], 100).shape == (1, 500)
+
+
 def test_without_buckets_the_batch_is_padded_to_its_longest_only():
     seqs = [np.arange(1, 4), np.arange(1, 7)]
     assert np.array_equal(bucketed_batch(seqs, 0), pad_batch(seqs))
