@@ -83,12 +83,8 @@ def build_repository(repo: str, delays_us, device_param: str | None,
                      shape_bucket_tokens: int = 0) -> list[str]:
     """The bench's model repository in ``repo``; returns the model names."""
     os.makedirs(repo, exist_ok=True)
-    common = {"executor": family.executor,
-              **({"device": device_param} if device_param else {}),
-              **({"shape_bucket_tokens": str(shape_bucket_tokens)}
-                 if shape_bucket_tokens else {}),
-              **({"bert_layers": str(bert_layers)}
-                 if family.executor == "bert_large_random" else {})}
+    common = {**family.params(bert_layers, shape_bucket_tokens),
+              **({"device": device_param} if device_param else {})}
 
     def width(model):
         model.output[0].dims[:] = [family.output_dim]

@@ -50,14 +50,26 @@ class ModelFamily:
     def native(self, delay_us: int) -> str:
         return f"{self.key}_native_d{int(delay_us)}"
 
+    def params(self, bert_layers: int, shape_bucket_tokens: int = 0) -> dict[str, str]:
+        """The model-config parameters that make a model of this family run its executor."""
+        return {"executor": self.executor,
+                **({"bert_layers": str(bert_layers)}
+                   if self.executor == "bert_large_random" else {}),
+                **({"shape_bucket_tokens": str(shape_bucket_tokens)}
+                   if shape_bucket_tokens else {})}
+
     def encoder(self, device: str, bert_layers: int, shape_bucket_tokens: int = 0):
-        """The executor in this process, for the bench's own cost table."""
-        from triton_backend.executors import MiniLMEncoder, RandomBertLargeEncoder
-        if self.executor == "bert_large_random":
-            return RandomBertLargeEncoder(intra_op_threads=1, device=device, layers=bert_layers,
-                                          shape_bucket_tokens=shape_bucket_tokens)
-        return MiniLMEncoder(intra_op_threads=1, device=device,
-                             shape_bucket_tokens=shape_bucket_tokens)
+        """The executor in this process, for the bench's own cost table: built from
+        ``params`` as a served model builds it (``model_loading.make_executor``)."""
+        from triton_backend.model_loading import make_executor
+        from triton_backend.model_settings import ModelSettings
+        from triton_backend.placement import placement
+
+        settings = ModelSettings.from_parameters(
+            self.explicit, {**self.params(bert_layers, shape_bucket_tokens), "device": device})
+        where = placement("CPU", "0", True, settings.device)
+        executor, _ = make_executor({"model_name": self.explicit}, settings, where, warn=log)
+        return executor
 
 
 FAMILIES = {

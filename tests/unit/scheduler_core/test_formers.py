@@ -86,6 +86,19 @@ FLAT_TABLE = tuple((b, n, max(4.0, b * n / 1000.0)) for b in (1, 8, 32, 64)
                    for n in (16, 64, 128, 256, 512))
 
 
+def _equal_queue(est: CostEstimator, count: int, length: int, sla_ms: float,
+                 efficient: int | None = None) -> EntryQueue:
+    """``count`` requests of ``length`` tokens and ``sla_ms``, all arrived at 0, each with
+    its lone cost and that of an efficient batch of ``efficient`` (default ``count``)."""
+    k = efficient or count
+    queue = EntryQueue()
+    for i in range(count):
+        queue.append(Entry(QueuedRequest(i, length, 0.0, sla_ms), 0.0,
+                           est.base_parts_ms(1, length, length, length * length),
+                           est.base_parts_ms(k, length, k * length, k * length * length)))
+    return queue
+
+
 def _table_scheduler(control: ControlConfig = ControlConfig()) -> Scheduler:
     est = CostEstimator(CostModelConfig(table=FLAT_TABLE), "padded")
     return Scheduler(SchedulerConfig(max_batch_size=64, max_batch_tokens=16384), est, control)
@@ -286,11 +299,7 @@ def test_emergency_batches_stay_small_only_where_small_batches_are_faster(table,
     est = CostEstimator(cm, "padded")
     cfg = SchedulerConfig(max_batch_size=64, max_batch_tokens=16384)
     ctl = ControlConfig()
-    queue = EntryQueue()
-    for i in range(20):  # each due in 6 ms: all urgent
-        req = QueuedRequest(i, 32, 0.0, 6.0)
-        queue.append(Entry(req, 0.0, est.base_parts_ms(1, 32, 32, 32 * 32),
-                           est.base_parts_ms(39, 32, 39 * 32, 39 * 32 * 32)))
+    queue = _equal_queue(est, 20, 32, 6.0, efficient=39)  # each due in 6 ms: all urgent
     former = make_former("length_aware_emergency", cfg, ctl, est)
     candidate = former.form(queue, Controller(cfg, ctl).state, 0.0, flush=False)
     assert len(candidate.entries) == cap
@@ -370,11 +379,7 @@ def test_the_overload_former_keeps_a_batch_within_the_call_budget_of_the_tightes
                                         per_token_ms=0.01, per_token_squared_ms=0.0),
                         "padded")
     cfg, ctl = SchedulerConfig(max_batch_size=32), ControlConfig()
-    queue = EntryQueue()
-    for i in range(16):
-        queue.append(Entry(QueuedRequest(i, 16, 0.0, 1000.0), 0.0,
-                           est.base_parts_ms(1, 16, 16, 256), est.base_parts_ms(16, 16, 256,
-                                                                               4096)))
+    queue = _equal_queue(est, 16, 16, 1000.0)
     state = replace(Controller(cfg, ctl).state, tightest_sla_ms=8.0)
     former = make_former("shortest_first", cfg, ctl, est)
     assert len(former.form(queue, state, 0.0, flush=True).entries) == 6
@@ -392,11 +397,7 @@ def test_where_one_request_alone_passes_the_call_budget_the_overload_batch_still
                                         per_token_ms=0.0001, per_token_squared_ms=0.0),
                         "padded")
     cfg, ctl = SchedulerConfig(max_batch_size=64), ControlConfig()
-    queue = EntryQueue()
-    for i in range(40):
-        queue.append(Entry(QueuedRequest(i, 32, 0.0, 1000.0), 0.0,
-                           est.base_parts_ms(1, 32, 32, 1024),
-                           est.base_parts_ms(40, 32, 1280, 40960)))
+    queue = _equal_queue(est, 40, 32, 1000.0)
     state = replace(Controller(cfg, ctl).state, tightest_sla_ms=20.0)
     former = make_former("shortest_first", cfg, ctl, est)
     assert len(former.form(queue, state, 0.0, flush=True).entries) == 40
@@ -427,11 +428,7 @@ def test_a_budget_that_would_serve_slower_than_the_arrivals_gives_way(rate_rps, 
     (64 in 40 ms) serve every arrival. The budget goes: the whole queue is one batch."""
     est = CostEstimator(CostModelConfig(table=NEW_SHAPES_TABLE), "padded")
     cfg, ctl = SchedulerConfig(max_batch_size=64, max_batch_tokens=16384), ControlConfig()
-    queue = EntryQueue()
-    for i in range(12):
-        queue.append(Entry(QueuedRequest(i, 32, 0.0, 100.0), 0.0,
-                           est.base_parts_ms(1, 32, 32, 1024),
-                           est.base_parts_ms(12, 32, 384, 12288)))
+    queue = _equal_queue(est, 12, 32, 100.0)
     state = Controller(cfg, ctl).state
     state = replace(state, tightest_sla_ms=50.0,
                     observation=replace(state.observation, arrival_rate_rps=rate_rps))
