@@ -137,14 +137,17 @@ def idle_markdown(block: dict) -> list[str]:
                   f"{p['peak_rps']:.0f} req/s.", "",
                   "| model | calls | requests per call | ms per call | host ms per call "
                   "(outside batches) | idle gap before hand-overs (ms, total) | device idle "
-                  "while requests wait (share) | answers sent early |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "while requests wait (share) | gap per handed-over request (us) | "
+                  "answers sent early | ms per early send |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for m, f in p["figures"].items():
             if f:
                 lines.append(f"| {m} | {f['calls']} | {f['requests_per_call']:.1f} | "
                              f"{f['call_ms']:.2f} | {f['host_ms_per_call']:.2f} | "
                              f"{f['handed_over_gap_ms']:.0f} | "
-                             f"{f['idle_while_waiting_share']:.3f} | {f['early_sends']} |")
+                             f"{f['idle_while_waiting_share']:.3f} | "
+                             f"{_num(f.get('gap_us_per_request'), '.0f')} | "
+                             f"{f['early_sends']} | {_num(f.get('early_send_ms'), '.2f')} |")
         lines += ["", "| load | model | offered (req/s) | served (req/s) | P50 (ms) | P99 (ms) "
                   "| stub CPU (us/req) | note |", "|---:|---|---:|---:|---:|---:|---:|---|"]
         for r in p["rows"]:

@@ -44,14 +44,16 @@ class LengthAwareFormer:
         self.efficient_size = max(1, math.ceil(control.min_batch_fill * cfg.max_batch_size))
 
     def _small_batches_pay(self, seed_len: int) -> bool:
-        """Is an emergency batch shorter than a full one? Always on the formula; on a
-        measured table not inside a flat, launch-bound region, where a batch of
-        ``emergency_batch_size`` takes as long as a full one and only wastes the device."""
-        table = self.estimator.table
-        if table is None:
-            return True
-        small = table.lookup_ms(self.control.emergency_batch_size, seed_len)
-        full = table.lookup_ms(self.cfg.max_batch_size, seed_len)
+        """Is an emergency batch shorter than a full one, at the seed's length, by more
+        than ``max_padding_waste``? Not where the device is launch-bound at that length
+        (a flat measured region, or a formula whose launch dwarfs the tokens: the flat
+        GPU-like profile's 3.9 ms launch against 0.0006 ms a token): there a batch of
+        ``emergency_batch_size`` takes about as long as a full one and only wastes the
+        device."""
+        est, n = self.estimator, seed_len
+        small_n, full_n = self.control.emergency_batch_size, self.cfg.max_batch_size
+        small = est.base_parts_ms(small_n, n, small_n * n, small_n * n * n)
+        full = est.base_parts_ms(full_n, n, full_n * n, full_n * n * n)
         return full > (1.0 + self.control.max_padding_waste) * small
 
     def _limits(self, queue: EntryQueue, state: ControlState, now_s: float,

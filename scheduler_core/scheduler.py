@@ -101,6 +101,24 @@ class Scheduler(AsHandedRule):
         return self.estimator.correction * sum(
             e.efficient_ms / self._efficient_batch(e.seq_len) for e in self._queue)
 
+    def queued_run_ms(self) -> float:
+        """How long the device needs for the queue by the estimate (ms): the queue in its
+        order, cut into batches at ``max_batch_size`` and ``max_batch_tokens`` (padded
+        to each batch's longest), each estimated whole, so each pays its launch. What a
+        hold call still has to run (``HoldDriver._remaining_s``)."""
+        cfg, estimate = self.cfg, self.estimator.estimate_ms
+        total, batch, longest = 0.0, [], 0
+        for e in self._queue:
+            n = e.req.seq_len
+            wider = max(longest, n)
+            if batch and (len(batch) >= cfg.max_batch_size
+                          or (len(batch) + 1) * wider > cfg.max_batch_tokens):
+                total += estimate(batch)
+                batch, wider = [], n
+            batch.append(n)
+            longest = wider
+        return total + (estimate(batch) if batch else 0.0)
+
     def _efficient_batch(self, n: int) -> int:
         """How many requests of ``n`` tokens make an efficient batch (``Entry.efficient_ms``
         is that batch's cost)."""

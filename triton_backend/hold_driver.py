@@ -12,9 +12,12 @@ call's answers as one list: python_backend r24.10 sends a returned list back in 
 while each ``response_sender.send`` is a blocking round trip to the server. After a batch,
 with more of the call to run, the answers made so far go early, through their requests'
 response senders, where waiting for the call's end costs their clients more than the
-sends cost the rest of the call (``SEND_COST_S``: on a device with long batches the first
-batch's answers would otherwise wait a whole batch); otherwise only those the call's
-estimated end would make late go early (counted: ``early_sends``).
+sends cost the rest of the call (``SendCost``, measured on this host: on a device with
+long batches the first batch's answers would otherwise wait a whole batch); otherwise only
+those the call's estimated end would make late go early (counted: ``early_sends``). The
+call's end is estimated from the scheduler's cost model for what is still queued
+(``Scheduler.queued_run_ms``: on a padded device every batch pays its launch) and from
+the call's own batches so far.
 
 Invariants:
 
@@ -58,8 +61,26 @@ from .waker import is_wake_request
 # ``InferenceResponseSender.send`` without releasing it), so it cannot overlap the next
 # batch from another thread (tried: on the flat profile at 0.8 of native's peak a sending
 # thread starved the call's own thread of the GIL; calls grew from 15 to 43 requests and
-# the plugin refused). An upper estimate of the round trip on 2 shared cores.
-SEND_COST_S = 0.0001
+# the plugin refused). The round trip depends on the host (its cores, the server's load):
+# ``SendCost`` measures it from the driver's own sends, starting from SEND_COST_S, the
+# round trip the per-call timelines showed on 2 shared cores (docs/how-it-works.md).
+SEND_COST_S = 0.0003
+SEND_COST_SMOOTHING = 0.2
+
+
+class SendCost:
+    """The measured cost of one early send (seconds): a running mean over the driver's
+    own rounds of sends (``observe``), starting from ``initial_s``."""
+
+    def __init__(self, initial_s: float = SEND_COST_S,
+                 smoothing: float = SEND_COST_SMOOTHING):
+        self.estimate_s = initial_s
+        self._smoothing = smoothing
+
+    def observe(self, seconds: float, sends: int) -> None:
+        """``sends`` early sends took ``seconds`` together."""
+        if sends > 0 and seconds >= 0.0:
+            self.estimate_s += self._smoothing * (seconds / sends - self.estimate_s)
 
 
 class HoldDriver:
@@ -79,6 +100,7 @@ class HoldDriver:
         self.timeline = timeline
         self._ids = itertools.count(1)
         self.early_sends = 0
+        self.send_cost = SendCost()
         self.last_wakes = 0  # wake requests in the last call (the waker asks)
 
     # -- the call -----------------------------------------------------------------------
@@ -112,7 +134,7 @@ class HoldDriver:
         whole = runner.take_whole(queued) if queued else None
         if whole is not None:  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),
-                         whole.step.estimated_ms, AS_HANDED)
+                         whole.step.estimated_ms, AS_HANDED, runner.executor_s)
         elif queued:
             runner.submit(queued, now)
             self._run(answers, queued, record, self._budget_sla_ms(queued))
@@ -173,7 +195,8 @@ class HoldDriver:
                 continue
             ended = self._clock()
             record.batch(len(step.batch), len(step.refused), started, ended,
-                         step.estimated_ms, step.former)
+                         step.estimated_ms, step.former,
+                         runner.executor_s if step.batch else 0.0)
             left = runner.engine.queue_depth
             if left:
                 self._send_early(answers, deadlines, record, ended,
@@ -207,27 +230,33 @@ class HoldDriver:
         spans = [b[3] - b[2] for b in record.batches if b[0]]
         return sum(spans) / len(spans) if spans else 0.0
 
-    @staticmethod
-    def _remaining_s(record: CallRecord, left: int) -> float:
-        """How long the call still runs, estimated from its own batches so far: their
-        mean time per request, times what is left."""
+    def _remaining_s(self, record: CallRecord, left: int) -> float:
+        """How long the call still runs (``left`` requests queued): the larger of the
+        scheduler's estimate for what is queued (``Scheduler.queued_run_ms``, which counts
+        every batch's launch) and the call's own batches so far (their mean time per
+        request, times what is left: host time the estimate leaves out)."""
         done = sum(b[0] + b[1] for b in record.batches) or 1
         spent = sum(b[3] - b[2] for b in record.batches)
-        return spent / done * left
+        with self.runner.cond:
+            queued_ms = self.runner.scheduler.queued_run_ms()
+        return max(spent / done * left, queued_ms / 1000.0)
 
-    @staticmethod
-    def _send_early(answers: CallList, deadlines: dict, record: CallRecord, now: float,
-                    remaining_s: float, left: int) -> None:
+    def _send_early(self, answers: CallList, deadlines: dict, record: CallRecord,
+                    now: float, remaining_s: float, left: int) -> None:
         """Between batches, ``left`` requests still to run for about ``remaining_s``: send
         every answer made so far where holding them to the call's end (``remaining_s``
         each) costs more than sending them delays everyone still waiting in the call
-        (``SEND_COST_S`` each, for the rest and for themselves); else only those in time
+        (``SendCost`` each, for the rest and for themselves); else only those in time
         now that would be late at the call's estimated end (one already late gains its
         client nothing worth a round trip). The rest go back with the call."""
         ready = [slot for slot in deadlines if answers.answered(slot)]
-        if remaining_s < SEND_COST_S * (left + len(ready)):
+        if remaining_s < self.send_cost.estimate_s * (left + len(ready)):
             end = now + remaining_s
             ready = [slot for slot in ready if now < deadlines[slot] < end]
+        if not ready:
+            return
+        started = self._clock()
         for slot in ready:
             answers.send_now(slot)
-            record.early_sends += 1
+        self.send_cost.observe(self._clock() - started, len(ready))
+        record.early_sends += len(ready)

@@ -85,7 +85,7 @@ class InnerModel:
                     responses[i] = pb_utils.InferenceResponse(output_tensors=[out])
                     offset += n
             if record is not None:
-                record.batch(len(sequences), 0, started, ran, 0.0, "native")
+                record.batch(len(sequences), 0, started, ran, 0.0, "native", ran - started)
         if record is not None:
             self.timeline.end(record, time.monotonic())
         return responses

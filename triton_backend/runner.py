@@ -122,6 +122,7 @@ class Runner:
         self._flush_lock = threading.Lock()  # one metrics flush at a time
         self.batch_timeout_floor_s = batch_timeout_floor_s
         self._running: _Running | None = None  # the batch on the executor (the watchdog's)
+        self.executor_s = 0.0  # the last batch's run on the executor (the timeline's)
         self.hung_batches = 0
         self.timeouts = TimeoutGuard(answers, model_name, clock)
 
@@ -202,6 +203,7 @@ class Runner:
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
         started, began, finished = now, False, False
+        self.executor_s = 0.0
         try:
             batch = self._drop_cancelled(batch, now)
             with self.cond:
@@ -282,8 +284,11 @@ class Runner:
             max(self.batch_timeout_floor_s, BATCH_TIMEOUT_FACTOR * estimated_ms / 1000.0),
             estimated_ms)
         try:
-            builders = self._run_executor(batch, call_timeout_s(
-                max(r.deadline_s for r in batch), started, estimated_ms, running.bound_s))
+            timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
+                                       estimated_ms, running.bound_s)
+            ran_from = self._clock()
+            builders = self._run_executor(batch, timeout_s)
+            self.executor_s = self._clock() - ran_from
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")

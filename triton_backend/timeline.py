@@ -32,15 +32,19 @@ class CallRecord:
     arrival_s: float = 0.0  # the arrival date given to the call's requests
     handed_over: bool = False  # they queued in Triton during the previous call
     decoded_s: float = 0.0
-    # per batch: (size, refused, started, ended, estimated_ms, former)
-    batches: list[tuple[int, int, float, float, float, str]] = field(default_factory=list)
+    # per batch: (size, refused, started, ended, estimated_ms, former, executor_s); the
+    # span from started to ended holds the decision and the bookkeeping around the run,
+    # executor_s the executor's own run (the device's share; 0 where none ran)
+    batches: list[tuple[int, int, float, float, float, str, float]] = field(
+        default_factory=list)
     early_sends: int = 0
     wakes: int = 0
     return_s: float = 0.0
 
     def batch(self, size: int, refused: int, started: float, ended: float,
-              estimated_ms: float, former: str) -> None:
-        self.batches.append((size, refused, started, ended, estimated_ms, former))
+              estimated_ms: float, former: str, executor_s: float = 0.0) -> None:
+        self.batches.append((size, refused, started, ended, estimated_ms, former,
+                             executor_s))
 
     @property
     def device_s(self) -> float:
@@ -78,7 +82,7 @@ class Timeline:
         t = self.totals
         t["calls"] += 1
         t["requests"] += record.requests
-        for size, refused, started, ended, _, _ in record.batches:  # one pass
+        for size, refused, started, ended, *_ in record.batches:  # one pass
             t["refused"] += refused
             if size:
                 t["batches"] += 1

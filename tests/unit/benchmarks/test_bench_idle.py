@@ -72,7 +72,7 @@ def test_a_profile_that_failed_is_reported_without_a_verdict():
 
 def test_the_section_lists_each_models_figures_and_rows():
     text = "\n".join(idle_markdown(block(figures(0.2), figures(0.25))))
-    assert "| e | 10 | 4.0 | 5.00 | 0.50 | 3 | 0.200 | 0 |" in text
+    assert "| e | 10 | 4.0 | 5.00 | 0.50 | 3 | 0.200 | - | 0 | - |" in text
     assert "| 0.2x | e | 400 | 399 | 8.0 | 12.0 | 150 |  |" in text
     assert "| 0.2x | n | 400 | - | - | - | - | failed |" in text
 

@@ -289,17 +289,23 @@ def test_a_request_is_refused_only_when_it_misses_by_more_than_the_margin(margin
     assert bool(d.batch) is not refused
 
 
-@pytest.mark.parametrize("table, cap", [(FLAT_TABLE, 20), ((), 4)])
-def test_emergency_batches_stay_small_only_where_small_batches_are_faster(table, cap):
-    """Urgent requests in the danger zone: a batch of emergency_batch_size (4) on the
-    formula, which makes it shorter; on a flat table it would take as long as a full batch,
-    so the urgent batch takes every urgent request."""
-    cm = CostModelConfig(table=table) if table else CostModelConfig(fixed_ms=4.0,
-                                                                    per_token_ms=0.01)
+@pytest.mark.parametrize("table, per_token_ms, length, cap", [
+    (FLAT_TABLE, 0.0, 32, 20),  # a flat measured region: launch-bound
+    ((), 0.01, 32, 4),  # 4 of 32 tokens: 5.3 ms, a full batch 24.5 ms
+    ((), 0.0006, 16, 20),  # the flat GPU-like formula at 16 tokens: 4.04 vs 4.61 ms
+    ((), 0.0006, 64, 4)])  # ... at 64 tokens: 4.15 vs 6.46 ms
+def test_emergency_batches_stay_small_only_where_small_batches_are_faster(
+        table, per_token_ms, length, cap):
+    """Urgent requests in the danger zone: a batch of emergency_batch_size (4) where that
+    makes it shorter than a full batch by more than max_padding_waste (0.15); where the
+    launch dominates (a flat table, or a formula whose launch dwarfs the tokens) it would
+    take about as long as a full batch, so the urgent batch takes every urgent request."""
+    cm = CostModelConfig(table=table) if table else CostModelConfig(
+        fixed_ms=4.0, per_token_ms=per_token_ms)
     est = CostEstimator(cm, "padded")
     cfg = SchedulerConfig(max_batch_size=64, max_batch_tokens=16384)
     ctl = ControlConfig()
-    queue = _equal_queue(est, 20, 32, 6.0, efficient=39)  # each due in 6 ms: all urgent
+    queue = _equal_queue(est, 20, length, 6.0, efficient=39)  # due in 6 ms: all urgent
     former = make_former("length_aware_emergency", cfg, ctl, est)
     candidate = former.form(queue, Controller(cfg, ctl).state, 0.0, flush=False)
     assert len(candidate.entries) == cap

@@ -303,6 +303,20 @@ def test_drain_returns_everything_in_order():
     assert s.drain() == []
 
 
+def test_queued_run_ms_is_the_queue_cut_into_batches_each_paying_its_launch():
+    """What a hold call still has to run: the queue in order, cut at max_batch_size and at
+    max_batch_tokens (padded), each batch estimated whole (a launch each)."""
+    cost = replace(FLAT_COST, per_token_ms=0.01)  # 1 ms a batch + 0.01 ms a padded token
+    s = make(cost, max_batch_size=2, max_batch_tokens=100)
+    assert s.queued_run_ms() == 0.0
+    for i, n in enumerate([10, 20, 30, 60]):
+        s.submit(req(i, 0.0, seq_len=n), 0.0)
+    # [10, 20] (2 x 20 tokens), then [30] (60 would pad 2 x 60 > 100), then [60]
+    est = s.estimator.estimate_ms
+    assert s.queued_run_ms() == pytest.approx(est([10, 20]) + est([30]) + est([60]))
+    assert s.queued_run_ms() == pytest.approx((1 + 0.4) + (1 + 0.3) + (1 + 0.6))
+
+
 def test_remove_takes_requests_out():
     s = make(max_batch_size=8)
     for i in range(5):

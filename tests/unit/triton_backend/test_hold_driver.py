@@ -9,9 +9,11 @@ import re
 
 import pytest
 
+from scheduler_core.request import QueuedRequest
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
 from triton_backend import timeline as timeline_module
-from triton_backend.hold_driver import SEND_COST_S
+from triton_backend.hold_driver import SEND_COST_S, SendCost
+from triton_backend.timeline import CallRecord
 
 SLA_MS = 10_000.0  # nothing is late unless a test makes it so
 
@@ -132,6 +134,37 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
     assert sum(r is None for r in returned) == early
     assert all(bool(r.sender.sends) != (returned[i] is not None)
                for i, r in enumerate(requests))
+
+
+def test_the_send_cost_follows_the_sends_measured_on_this_host():
+    """The cost of one early send starts at SEND_COST_S and moves toward what the driver's
+    own rounds of sends took, per send; a round of no sends teaches nothing."""
+    cost = SendCost(initial_s=SEND_COST_S, smoothing=0.5)
+    cost.observe(0.0, 0)
+    assert cost.estimate_s == SEND_COST_S
+    cost.observe(10 * 0.0001, 10)  # ten sends of 0.1 ms each
+    assert cost.estimate_s == pytest.approx((SEND_COST_S + 0.0001) / 2)
+    for _ in range(40):
+        cost.observe(4 * 0.001, 4)
+    assert cost.estimate_s == pytest.approx(0.001)
+
+
+def test_a_calls_remaining_run_counts_each_queued_batchs_launch(adapter, pb_utils):
+    """What the call still has to run is at least the scheduler's estimate for what is
+    queued (each batch whole, with its launch), however fast its batches so far went
+    per request."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    scheduler = model.runner.scheduler
+    for k in range(6):
+        scheduler.submit(QueuedRequest(k, seq_len=8 + k, arrival_s=0.0, sla_ms=SLA_MS), 0.0)
+    record = CallRecord(start_s=0.0, requests=30)
+    record.batch(24, 0, 0.0, 24e-9, 1.0, "fifo")  # 1 ns a request so far
+    queued_s = scheduler.queued_run_ms() / 1000.0
+    try:
+        assert queued_s > 6e-9
+        assert model.driver._remaining_s(record, 6) == pytest.approx(queued_s)
+    finally:
+        scheduler.drain()  # these carry no Triton request to answer
 
 
 def test_an_answer_already_late_waits_for_the_list(adapter, pb_utils, monkeypatch):
