@@ -6,7 +6,7 @@ Each profile gets a server of its own with the per-call timelines on
 timelines' writing. perf_analyzer (Poisson, the mix with its SLA classes for explicit and
 without for native, as ``scripts/hold_speed.py`` runs them) sends each load as a fraction of
 native's closed-loop peak; the two models alternate. The figure is
-``host_ledger.idle_while_waiting`` over each model's calls that started inside its own
+``timeline_figures.idle_while_waiting`` over each model's calls that started inside its own
 measured rows (warm-ups and the closed loop left out): the device's idle time while
 requests waited for it, as a share of the time the model was serving.
 """
@@ -21,7 +21,7 @@ from unittest import mock
 
 from benchmarks.bench_setup import log
 from benchmarks.hold_speed import NATIVE, SHIPPED, Row, measure, shipped_beside_native
-from benchmarks.host_ledger import idle_while_waiting
+from benchmarks.timeline_figures import idle_while_waiting
 from triton_backend.timeline import TIMELINE_ENV
 from triton_backend.timeline import read as read_timeline
 
@@ -122,7 +122,7 @@ def idle_markdown(block: dict) -> list[str]:
              "); perf_analyzer over HTTP, Poisson, the mix (with its SLA classes for explicit)"
              f", {block['measurement_ms'] / 1000:g} s per row at "
              f"{', '.join(f'{f:g}' for f in block['fractions'])} of native's closed-loop "
-             "peak, the models alternating. `host_ledger.idle_while_waiting` over the calls "
+             "peak, the models alternating. `timeline_figures.idle_while_waiting` over the calls "
              "inside each model's own rows: the call's time outside its batches, and the gap "
              "before a hand-over, as a share of the serving time. An explicit batch's span "
              "includes its decision and feedback, native's only the executor: the explicit "

@@ -21,7 +21,7 @@ are not a GPU's.
 
 ``--timeline`` summarises the per-call timelines a run left (``EXPLICIT_BATCHING_TIMELINE_DIR``,
 written by the explicit models and, for comparison, by native): calls, their host time,
-and the device idle while requests wait (``idle_while_waiting``).
+and the device idle while requests wait (``timeline_figures``).
 """
 
 from __future__ import annotations
@@ -33,16 +33,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-import numpy as np
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks import intake_check as ic
 from benchmarks.pages import write_page
+from benchmarks.timeline_figures import timeline_table
 from operator_tools.report import fmt_num
 from benchmarks.repository import edit_model, set_max_batch_size
-from triton_backend.intake import DEFAULT_INTAKE, hand_over_s
-from triton_backend.timeline import read as read_timeline
+from triton_backend.intake import DEFAULT_INTAKE
 from server_ops.launcher import TritonServer
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "host_ledger.md")
@@ -222,163 +220,6 @@ def report(setting: str, entries: list[Entry]) -> list[str]:
                          + " | ".join(fmt_num(split.get(s), '.0f') for s in STAGES)
                          + f" | {fmt_num(split.get('other'), '.0f')} | {fmt_num(split.get('total'), '.0f')} |")
     return lines + [""]
-
-
-IDLE_GAP_S = 1.0  # a gap this long between calls is a pause in the traffic, not serving
-
-
-def idle_while_waiting(records: list[dict]) -> dict:
-    """From one model's per-call timeline (``triton_backend/timeline.py``): how long the
-    device stood idle while requests waited for it. Counted: each call's time outside its
-    batches (decoding, admission, answers: its requests wait, the device does not run),
-    and the gap before a call that carried requests which queued in Triton during the
-    previous one (a hand-over: they waited through the gap); as a share of the time the
-    model was serving (calls and the gaps between them, pauses over IDLE_GAP_S left out).
-    The device runs only while the executor does (``executor_s``, recorded since
-    the timeline carries it): an explicit batch's decision and bookkeeping are host time.
-    Older records without it count the batch's whole span."""
-    if not records:
-        return {}
-    inside = gaps = wall = 0.0
-    previous = None
-    for r in records:
-        run = sum(executor_s(b) for b in r["batches"] if b[0])
-        inside += (r["return_s"] - r["start_s"]) - run
-        wall += r["return_s"] - r["start_s"]
-        if previous is not None:
-            gap = r["start_s"] - previous["return_s"]
-            if gap <= IDLE_GAP_S:  # longer: the model had no traffic (another's turn)
-                wall += max(0.0, gap)
-            if _hand_over(r, previous, gap):
-                gaps += max(0.0, gap)
-        previous = r
-    calls = len(records)
-    return {"calls": calls, "requests_per_call": sum(r["requests"] for r in records) / calls,
-            "call_ms": 1000 * sum(r["return_s"] - r["start_s"] for r in records) / calls,
-            "host_ms_per_call": 1000 * inside / calls, "handed_over_gap_ms": 1000 * gaps,
-            "idle_while_waiting_share": (inside + gaps) / wall if wall > 0 else 0.0,
-            "early_sends": sum(r.get("early_sends", 0) for r in records),
-            "gap_us_per_request": gap_us_per_request(records),
-            "early_send_ms": early_send_ms(records)}
-
-
-def executor_s(batch) -> float:
-    """A timeline batch's run on the executor (s): its recorded ``executor_s``, or its
-    whole span in records from before the timeline carried it."""
-    return batch[6] if len(batch) > 6 and batch[6] > 0 else batch[3] - batch[2]
-
-
-BY_SIZE = (2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # hand-over sizes the table compares
-BY_SIZE_MIN_CALLS = 15
-
-
-def by_size(records: list[dict]) -> dict[int, dict]:
-    """Per call size (requests in the call), over the calls of that size: the mean call,
-    its executor time, the time inside its batches around the executor (decisions,
-    bookkeeping), the host time outside its batches (decoding, admission, answers), in
-    ms, and batches per call. Calls of equal size compare two models without the
-    difference in call sizes a load gives them."""
-    cells: dict[int, list[tuple[float, float, float, int]]] = {}
-    for r in records:
-        if not r["batches"]:
-            continue
-        span = sum(b[3] - b[2] for b in r["batches"] if b[0])
-        run = sum(executor_s(b) for b in r["batches"] if b[0])
-        call = r["return_s"] - r["start_s"]
-        cells.setdefault(r["requests"], []).append((call, run, span - run, len(r["batches"])))
-    out = {}
-    for n, rows in cells.items():
-        if len(rows) >= BY_SIZE_MIN_CALLS:
-            call, run, inside, batches = (float(np.mean(c)) for c in zip(*rows))
-            out[n] = {"calls": len(rows), "call_ms": 1000 * call, "executor_ms": 1000 * run,
-                      "in_batches_ms": 1000 * inside,
-                      "outside_ms": 1000 * (call - run - inside), "batches": batches}
-    return out
-
-
-def by_size_table(figures: dict[str, dict[int, dict]]) -> list[str]:
-    """``by_size`` of each model, side by side at the sizes in ``BY_SIZE`` every model has."""
-    sizes = [n for n in BY_SIZE if all(n in f for f in figures.values())]
-    lines = ["| requests in the call | model | calls | ms per call | executor (ms) | in "
-             "batches, around the executor (ms) | outside batches (ms) | batches per call |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for n in sizes:
-        for model, f in figures.items():
-            c = f[n]
-            lines.append(f"| {n} | {model} | {c['calls']} | {c['call_ms']:.2f} | "
-                         f"{c['executor_ms']:.2f} | {c['in_batches_ms']:.2f} | "
-                         f"{c['outside_ms']:.2f} | {c['batches']:.2f} |")
-    return lines
-
-
-def _hand_over(record: dict, previous: dict, gap: float) -> bool:
-    """Whether ``record``'s call carried requests that queued in Triton during the
-    previous call. Native records no hand-over flag: a call that starts within the
-    hand-over bound after the previous return counts as one, as the plugin judges it."""
-    return bool(record.get("handed_over")) or 0 <= gap <= hand_over_s(record["requests"],
-                                                                      previous["requests"])
-
-
-GAP_FIT_MIN_CALLS = 10  # a hand-over size enters the gap's fit with this many calls or more
-
-
-def gap_us_per_request(records: list[dict]) -> float | None:
-    """What each request of a hand-over adds to the gap before its call (us): the slope of
-    the gap's median, per hand-over size, against the size (weighted by the square root
-    of the calls of that size; medians, so a pause of the collector does not tilt it).
-    The gap is the server's and the stub's work between two calls: the responses of the
-    one, the next one's requests and their input tensors. None with fewer than two sizes
-    of GAP_FIT_MIN_CALLS calls each."""
-    by_size: dict[int, list[float]] = {}
-    previous = None
-    for r in records:
-        if previous is not None:
-            gap = r["start_s"] - previous["return_s"]
-            if 0 <= gap <= IDLE_GAP_S and _hand_over(r, previous, gap):
-                by_size.setdefault(r["requests"], []).append(gap * 1e6)
-        previous = r
-    cells = [(n, float(np.median(g)), len(g)) for n, g in sorted(by_size.items())
-             if len(g) >= GAP_FIT_MIN_CALLS]
-    if len(cells) < 2:
-        return None
-    sizes, medians, weights = (np.array(c, dtype=float) for c in zip(*cells))
-    return float(np.polyfit(sizes, medians, 1, w=np.sqrt(weights))[0])
-
-
-def early_send_ms(records: list[dict]) -> float | None:
-    """What one early send took (ms): in the calls that sent answers early, the time
-    between their batches (where the sends happen, with the next batch's decision) over
-    the answers sent. None without early sends."""
-    spent, sent = 0.0, 0
-    for r in records:
-        if r.get("early_sends") and len(r["batches"]) > 1:
-            b = r["batches"]
-            spent += sum(max(0.0, b[k + 1][2] - b[k][3]) for k in range(len(b) - 1))
-            sent += r["early_sends"]
-    return 1000 * spent / sent if sent else None
-
-
-def timeline_table(folder: str) -> list[str]:
-    """One row per model timeline in ``folder``, then the calls of equal size side by
-    side (``by_size``)."""
-    lines = ["| model | calls | requests per call | ms per call | host ms per call (outside "
-             "batches) | idle gap before hand-overs (ms, total) | device idle while "
-             "requests wait (share of the wall time) | gap per handed-over request (us) | "
-             "answers sent early | ms per early send |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".timeline.jsonl"):
-            continue
-        f = idle_while_waiting(read_timeline(os.path.join(folder, name)))
-        if f:
-            lines.append(f"| {name.split('.')[0]} | {f['calls']} | {f['requests_per_call']:.1f} "
-                         f"| {f['call_ms']:.2f} | {f['host_ms_per_call']:.2f} | "
-                         f"{f['handed_over_gap_ms']:.0f} | {f['idle_while_waiting_share']:.3f} "
-                         f"| {fmt_num(f['gap_us_per_request'], '.0f')} | {f['early_sends']} | "
-                         f"{fmt_num(f['early_send_ms'], '.2f')} |")
-    sizes = {name.split('.')[0]: by_size(read_timeline(os.path.join(folder, name)))
-             for name in sorted(os.listdir(folder)) if name.endswith(".timeline.jsonl")}
-    return lines + ["", *by_size_table(sizes)]
 
 
 def main() -> int:

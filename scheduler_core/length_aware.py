@@ -45,11 +45,10 @@ class LengthAwareFormer:
 
     def _small_batches_pay(self, seed_len: int) -> bool:
         """Is an emergency batch shorter than a full one, at the seed's length, by more
-        than ``max_padding_waste``? Not where the device is launch-bound at that length
-        (a flat measured region, or a formula whose launch dwarfs the tokens: the flat
-        GPU-like profile's 3.9 ms launch against 0.0006 ms a token): there a batch of
-        ``emergency_batch_size`` takes about as long as a full one and only wastes the
-        device."""
+        than ``max_padding_waste``? Not where the device is launch-bound at that length (a
+        flat measured region, or a formula whose launch dwarfs the tokens, as the flat
+        profile's 3.9 ms against 0.0006 ms a token): there a batch of
+        ``emergency_batch_size`` takes about as long as a full one, wasting the device."""
         est, n = self.estimator, seed_len
         small_n, full_n = self.control.emergency_batch_size, self.cfg.max_batch_size
         small = est.base_parts_ms(small_n, n, small_n * n, small_n * n * n)

@@ -77,37 +77,3 @@ def test_repository_holds_native_and_every_intake_on_the_profile(hl, tmp_path):
     assert hold.parameters["hardware_profile"].string_value == "h200_minilm"
     assert hold.parameters["intake"].string_value == "hold" and hold.name == "explicit_hold"
 
-
-def _call(start_s: float, requests: int, batches: list, early_sends: int = 0,
-          handed_over: bool = True) -> dict:
-    """One timeline record (triton_backend/timeline.py's fields) of ``batches`` (size,
-    start, end), returning at the last batch's end."""
-    return {"start_s": start_s, "requests": requests, "handed_over": handed_over,
-            "batches": [[n, 0, a, b, 0.0, "fifo"] for n, a, b in batches],
-            "early_sends": early_sends, "return_s": batches[-1][2] if batches else start_s}
-
-
-def test_the_gap_per_request_is_the_slope_of_the_gap_against_the_hand_over(hl):
-    """A gap of 200 us plus 50 us per handed-over request (every twentieth call paused
-    by 5 ms, as a collector would): the fit reads 50 us a request, the pauses aside."""
-    records, t = [], 0.0
-    for k in range(400):
-        n = 4 + k % 5
-        gap = 200e-6 + 50e-6 * n + (5e-3 if k % 20 == 0 else 0.0)
-        t += gap
-        records.append(_call(t, n, [(n, t, t + 0.004)]))
-        t += 0.004
-    assert hl.gap_us_per_request(records) == pytest.approx(50.0, rel=1e-6)
-    assert hl.idle_while_waiting(records)["gap_us_per_request"] == pytest.approx(50.0,
-                                                                                 rel=1e-6)
-    assert hl.gap_us_per_request(records[:15]) is None  # too few calls of each size
-
-
-def test_an_early_send_costs_the_time_between_its_calls_batches_per_answer(hl):
-    records = [_call(0.0, 8, [(4, 0.0, 0.004), (4, 0.0052, 0.009)], early_sends=4),
-               _call(0.01, 8, [(8, 0.01, 0.015)]),
-               _call(0.02, 6, [(2, 0.02, 0.021), (2, 0.0214, 0.022), (2, 0.0224, 0.023)],
-                     early_sends=4)]
-    # (1.2 ms + 0.4 ms + 0.4 ms) over 8 answers sent early
-    assert hl.early_send_ms(records) == pytest.approx(2.0 / 8)
-    assert hl.early_send_ms(records[1:2]) is None

@@ -1,0 +1,66 @@
+"""benchmarks/timeline_figures.py on timeline records made here: the gap per handed-over
+request, the cost of an early send."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import timeline_figures as tf
+
+
+def _call(start_s: float, requests: int, batches: list, early_sends: int = 0,
+          handed_over: bool = True) -> dict:
+    """One timeline record (triton_backend/timeline.py's fields) of ``batches`` (size,
+    start, end), returning at the last batch's end."""
+    return {"start_s": start_s, "requests": requests, "handed_over": handed_over,
+            "batches": [[n, 0, a, b, 0.0, "fifo"] for n, a, b in batches],
+            "early_sends": early_sends, "return_s": batches[-1][2] if batches else start_s}
+
+
+def test_the_gap_per_request_is_the_slope_of_the_gap_against_the_hand_over():
+    """A gap of 200 us plus 50 us per handed-over request (every twentieth call paused
+    by 5 ms, as a collector would): the fit reads 50 us a request, the pauses aside."""
+    records, t = [], 0.0
+    for k in range(400):
+        n = 4 + k % 5
+        gap = 200e-6 + 50e-6 * n + (5e-3 if k % 20 == 0 else 0.0)
+        t += gap
+        records.append(_call(t, n, [(n, t, t + 0.004)]))
+        t += 0.004
+    assert tf.gap_us_per_request(records) == pytest.approx(50.0, rel=1e-6)
+    assert tf.idle_while_waiting(records)["gap_us_per_request"] == pytest.approx(50.0,
+                                                                                 rel=1e-6)
+    assert tf.gap_us_per_request(records[:15]) is None  # too few calls of each size
+
+
+def test_an_early_send_costs_the_time_between_its_calls_batches_per_answer():
+    records = [_call(0.0, 8, [(4, 0.0, 0.004), (4, 0.0052, 0.009)], early_sends=4),
+               _call(0.01, 8, [(8, 0.01, 0.015)]),
+               _call(0.02, 6, [(2, 0.02, 0.021), (2, 0.0214, 0.022), (2, 0.0224, 0.023)],
+                     early_sends=4)]
+    # (1.2 ms + 0.4 ms + 0.4 ms) over 8 answers sent early
+    assert tf.early_send_ms(records) == pytest.approx(2.0 / 8)
+    assert tf.early_send_ms(records[1:2]) is None
+
+
+def test_the_device_runs_only_while_the_executor_does():
+    """A batch's span beyond its executor run (its decision, its bookkeeping) is host
+    time: in the idle share, and in the calls of equal size side by side; a record from
+    before the timeline carried executor_s counts its whole span as the device's."""
+    records = []
+    for k in range(20):
+        t = k * 0.010
+        call = _call(t, 4, [(4, t + 0.001, t + 0.006)])
+        call["batches"][0].append(0.004)  # the executor ran 4 of the batch's 5 ms
+        call["return_s"] = t + 0.007
+        records.append(call)
+    cell = tf.by_size(records)[4]
+    assert cell["calls"] == 20 and cell["batches"] == 1
+    assert cell["executor_ms"] == pytest.approx(4.0)
+    assert cell["in_batches_ms"] == pytest.approx(1.0)
+    assert cell["outside_ms"] == pytest.approx(2.0)
+    # each 10 ms: 7 ms of call (3 idle), 3 ms of gap before a hand-over (idle)
+    figures = tf.idle_while_waiting(records)
+    assert figures["host_ms_per_call"] == pytest.approx(3.0)
+    old = [{**r, "batches": [b[:6] for b in r["batches"]]} for r in records]
+    assert tf.by_size(old)[4]["executor_ms"] == pytest.approx(5.0)
