@@ -55,9 +55,10 @@ def idle_while_waiting(records: list[dict]) -> dict:
 
 
 def executor_s(batch) -> float:
-    """A timeline batch's run on the executor (s): its recorded ``executor_s``, or its
-    whole span in records from before the timeline carried it."""
-    return batch[6] if len(batch) > 6 and batch[6] > 0 else batch[3] - batch[2]
+    """A timeline batch's run on the executor (s): its recorded ``executor_s`` (0 where
+    the executor raised), or its whole span in records from before the timeline carried
+    it."""
+    return batch[6] if len(batch) > 6 else batch[3] - batch[2]
 
 
 BY_SIZE = (2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # hand-over sizes the table compares

@@ -73,8 +73,7 @@ class AsHandedRule:
         # even alone is declined below anyway.
         tightest = min(batch, key=lambda r: r.sla_ms)
         k = tightest.seq_len
-        self.controller.note_sla(tightest.sla_ms, self.estimator.base_parts_ms(1, k, k, k * k)
-                           * self.estimator.correction)
+        self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, k))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
         former = self.formers[state.mode].name

@@ -122,6 +122,15 @@ class CostEstimator:
         """``estimate_ms`` from running totals (no list walk): the batch former's hot path."""
         return self.base_parts_ms(batch_size, longest, real_tokens, real_squared) * self.correction
 
+    def uniform_ms(self, batch_size: int, length: int) -> float:
+        """``estimate_parts_ms`` of ``batch_size`` requests of ``length`` tokens each."""
+        return self.base_uniform_ms(batch_size, length) * self.correction
+
+    def base_uniform_ms(self, batch_size: int, length: int) -> float:
+        """``base_parts_ms`` of ``batch_size`` requests of ``length`` tokens each."""
+        tokens = batch_size * length
+        return self.base_parts_ms(batch_size, length, tokens, tokens * length)
+
     def batch_overhead_ms(self) -> float:
         """The per-batch fixed cost (scaled and corrected): the device time a request saves
         by joining a batch instead of running in one of its own - ``fixed_ms``, or what a

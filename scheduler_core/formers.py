@@ -133,8 +133,8 @@ class ShortestFirstFormer(LengthAwareFormer):
         serve them all (capacities at the queue's median length)."""
         est = self.estimator
         n = order[0][0]
-        budget_ms = max(budget_ms, est.estimate_parts_ms(1, n, n, n * n)
-                        * (1.0 + self.control.max_padding_waste))
+        budget_ms = max(budget_ms,
+                        est.uniform_ms(1, n) * (1.0 + self.control.max_padding_waste))
         if rate_rps <= 0:
             return budget_ms
         median = order[len(order) // 2][0]
@@ -151,7 +151,7 @@ class ShortestFirstFormer(LengthAwareFormer):
         cfg, est = self.cfg, self.estimator
 
         def batch_ms(m: int) -> float:
-            return est.estimate_parts_ms(m, n, m * n, m * n * n)
+            return est.uniform_ms(m, n)
 
         lo = hi = max(1, min(cfg.max_batch_size, cfg.max_batch_tokens // max(n, 1)))
         if batch_ms(hi) > limit_ms:

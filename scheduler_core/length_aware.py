@@ -49,10 +49,9 @@ class LengthAwareFormer:
         flat measured region, or a formula whose launch dwarfs the tokens, as the flat
         profile's 3.9 ms against 0.0006 ms a token): there a batch of
         ``emergency_batch_size`` takes about as long as a full one, wasting the device."""
-        est, n = self.estimator, seed_len
-        small_n, full_n = self.control.emergency_batch_size, self.cfg.max_batch_size
-        small = est.base_parts_ms(small_n, n, small_n * n, small_n * n * n)
-        full = est.base_parts_ms(full_n, n, full_n * n, full_n * n * n)
+        est = self.estimator
+        small = est.base_uniform_ms(self.control.emergency_batch_size, seed_len)
+        full = est.base_uniform_ms(self.cfg.max_batch_size, seed_len)
         return full > (1.0 + self.control.max_padding_waste) * small
 
     def _limits(self, queue: EntryQueue, state: ControlState, now_s: float,
@@ -242,7 +241,7 @@ class LengthAwareFormer:
         max_waste = ctl.max_padding_waste
         check_waste = padded and not compensation
         max_tokens = cfg.max_batch_tokens
-        est_ms = est.estimate_parts_ms(1, longest, longest, longest * longest)
+        est_ms = est.uniform_ms(1, longest)
         # est.estimate_parts_ms inlined (the same float operations, in the same order):
         # this loop runs up to 8 * size_cap times per decision.
         cm = est.cfg

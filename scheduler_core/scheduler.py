@@ -25,7 +25,7 @@ from .controller import Controller, Observation
 from .cost_model import CostEstimator
 from .as_handed import AsHandedRule
 from .entry_queue import (SMALL_QUEUE, Entry, EntryQueue, infeasible_detail, infeasible_entries,
-                          late_even_alone)
+                          late_even_alone, take_fifo)
 from .formers import BatchFormer, Candidate, make_former
 from .overload import OverloadState
 from .contract import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
@@ -91,9 +91,8 @@ class Scheduler(AsHandedRule):
     def _estimates(self, n: int) -> tuple[float, float]:
         """A request of ``n`` tokens, its uncorrected estimates as its ``Entry`` keeps
         them: run alone, and in an efficient batch of its length."""
-        k = self._efficient_batch(n)
-        base = self.estimator.base_parts_ms
-        return base(1, n, n, n * n), base(k, n, k * n, k * n * n)
+        base = self.estimator.base_uniform_ms
+        return base(1, n), base(self._efficient_batch(n), n)
 
     def backlog_ms(self) -> float:
         """The device time the queue needs by the estimate (ms): each request's share of an
@@ -107,17 +106,12 @@ class Scheduler(AsHandedRule):
         to each batch's longest), each estimated whole, so each pays its launch. What a
         hold call still has to run (``HoldDriver._remaining_s``)."""
         cfg, estimate = self.cfg, self.estimator.estimate_ms
-        total, batch, longest = 0.0, [], 0
-        for e in self._queue:
-            n = e.req.seq_len
-            wider = max(longest, n)
-            if batch and (len(batch) >= cfg.max_batch_size
-                          or (len(batch) + 1) * wider > cfg.max_batch_tokens):
-                total += estimate(batch)
-                batch, wider = [], n
-            batch.append(n)
-            longest = wider
-        return total + (estimate(batch) if batch else 0.0)
+        rest, total = list(self._queue), 0.0
+        while rest:  # take_fifo: the cut the FIFO former makes
+            batch = take_fifo(rest, cfg.max_batch_size, cfg.max_batch_tokens)
+            total += estimate([e.seq_len for e in batch])
+            rest = rest[len(batch):]
+        return total
 
     def _efficient_batch(self, n: int) -> int:
         """How many requests of ``n`` tokens make an efficient batch (``Entry.efficient_ms``
