@@ -48,6 +48,14 @@ def get_json(url: str, timeout_s: float = 5.0) -> Any:
         return json.loads(resp.read().decode())
 
 
+def ended_count(http_base: str, model: str, timeout_s: float = 5.0) -> int:
+    """Requests ``model`` has ended since it loaded, answered or failed (Triton's statistics
+    extension, ``GET /v2/models/<m>/stats``)."""
+    stats = get_json(f"{http_base}/v2/models/{model}/stats", timeout_s)["model_stats"]
+    return sum(int(m["inference_stats"]["success"]["count"])
+               + int(m["inference_stats"]["fail"]["count"]) for m in stats)
+
+
 def queue_gauges(metrics_url: str, timeout_s: float = 1.0) -> dict[tuple[str, str], float]:
     """{(metric name, model label): value} of the gauges that say how much a model holds:
     the explicit models' queue depth and Triton's pending-request count, each summed over

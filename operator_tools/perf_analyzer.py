@@ -178,9 +178,15 @@ def replay_trace(url: str, model: str, intervals_path: str, input_data: str,
                  timeout_s: float = 600, extra: Sequence[str] = ()) -> TraceRun:
     """Replay a ``--request-intervals`` trace once: ``request_count`` requests (send k at
     the k-th cumulative interval with data entry k, cycling), asynchronous (open loop),
-    every request's timestamps written to ``export_path``."""
+    every request's timestamps written to ``export_path``.
+
+    One worker thread (``--max-threads 1``): perf_analyzer 2.51 starts its workers with an
+    unlocked notify (``RequestRateManager::ResumeWorkers``), and a worker that misses it
+    sleeps for good, its share of the requests never sent and the replay waiting for them
+    (docs/platform.md). With one worker a replay that hangs so sent nothing at all."""
     return run_exported(url, model, input_data, ("--request-intervals", intervals_path,
-                                                 "--request-count", str(request_count)),
+                                                 "--request-count", str(request_count),
+                                                 "--max-threads", "1"),
                         export_path, protocol, timeout_s, extra)
 
 

@@ -159,8 +159,12 @@ def run_warnings(runs: Sequence[Segment], scraper) -> list[str]:
                         f"{', '.join(str(s.index + 1) for s in behind)}")
     for s in runs:
         if s.hung:
+            ended = ("" if s.hung_ended is None else
+                     f"; the server ended {s.hung_ended} of its {s.planned} requests"
+                     + (" (perf_analyzer sent none: its worker slept, docs/platform.md)"
+                        if s.hung_ended == 0 else ""))
             warnings.append(f"segment {s.index + 1} ({s.model}) was replayed once: the first "
-                            f"replay {s.hung[len('perf_analyzer '):]}")
+                            f"replay {s.hung[len('perf_analyzer '):]}{ended}")
         if not s.ok:
             warnings.append(f"segment {s.index + 1} ({s.model}) produced no data: "
                             f"{s.run.error}. perf_analyzer stops a run at the first error "

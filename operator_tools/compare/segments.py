@@ -13,7 +13,7 @@ from typing import Sequence
 import click
 
 from .. import perf_analyzer as pa
-from ..measure import model_sampler
+from ..measure import ended_count, model_sampler
 from ..records import RequestRecord
 from simulation import workload as W
 
@@ -30,6 +30,7 @@ class Segment:
     end_ns: int | None = None
     unmatched: int = 0  # exported requests whose input matches no trace entry
     hung: str = ""  # a first replay that never finished (replayed once): what it said
+    hung_ended: int | None = None  # requests the server ended during that replay
 
     @property
     def ok(self) -> bool:
@@ -128,17 +129,18 @@ def run_segments(url: str, metrics_url: str, http: str, models: tuple[str, str],
                        f"{trace_s:.1f} s ...", err=True)
             seg = Segment(k, model, role, n)
             for attempt in range(2):
+                before = ended_count(http, model)
                 seg.run = pa.replay_trace(
                     url.split("://", 1)[-1], model, intervals,
                     data_sla if role == "explicit" else data_plain, n,
                     os.path.join(workdir, f"segment{k}_{model}.export.json"),
                     timeout_s=trace_s * 4 + 120)
-                # perf_analyzer 2.51 has been seen to hang on a replay that the server
-                # answered (once in ~5 runs here, on the native model): replay it once more,
-                # and say so in the report.
+                # A replay that never finishes (perf_analyzer's sleeping worker, replay_trace
+                # says how: then the server ended none of it) is replayed once more, and
+                # the report says so with what the server ended of it.
                 if attempt or seg.ok or not seg.run.error.startswith(pa.REPLAY_HUNG):
                     break
-                seg.hung = seg.run.error
+                seg.hung, seg.hung_ended = seg.run.error, ended_count(http, model) - before
                 click.echo(f"  {seg.run.error}; replaying the segment once more", err=True)
             if seg.ok:
                 match_requests(seg, offsets_ms, table)

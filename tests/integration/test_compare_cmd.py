@@ -2,7 +2,9 @@
 (explicit, then native) on the EMULATED t4 device slowed 5x, low load so every request
 is answered. Checks the table, the PNG and that nothing was lost. What a busy machine can
 cause (a failed metric scrape, perf_analyzer falling behind its schedule) is the report's
-warning to make, not a failure; a segment with no data, or replayed, is one."""
+warning to make, not a failure; a segment with no data is one, and so is a replay unless
+perf_analyzer's first try sent nothing (its sleeping worker, docs/platform.md: the server
+ended none of that try's requests)."""
 
 from __future__ import annotations
 
@@ -73,7 +75,10 @@ def test_compare_two_short_segments(slowed_server, tmp_path):
         # busy fractions were scraped, or the report says why not
         assert row["util. fluctuation"] != "-" or "metric scrapes failed" in report, report
     warnings = report[report.index("Warnings"):] if "Warnings" in report else ""
-    assert "produced no data" not in warnings and "replayed" not in warnings, report
+    assert "produced no data" not in warnings, report
+    for line in warnings.splitlines():
+        if "replayed" in line:
+            assert "the server ended 0 of its" in line, report
 
     png = (out / "it.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -65,10 +65,11 @@ class _Scraper:
 
 
 def _segment(index: int, model: str, output: str = "", error: str | None = None,
-             hung: str = "", unmatched: int = 0) -> segments.Segment:
+             hung: str = "", unmatched: int = 0, hung_ended: int | None = None
+             ) -> segments.Segment:
     run = pa.TraceRun(model, ("pa",), 0 if error is None else 1, output, 0, (), error)
     return segments.Segment(index, model, "explicit", planned=1, run=run, hung=hung,
-                     unmatched=unmatched)
+                            hung_ended=hung_ended, unmatched=unmatched)
 
 
 def test_run_warnings_names_each_environmental_cause_and_each_failed_segment():
@@ -88,3 +89,10 @@ def test_run_warnings_names_each_environmental_cause_and_each_failed_segment():
     assert warnings[3].startswith("segment 2 (n) produced no data: exit 99")
     assert warnings[4].startswith("segment 3 (x) was replayed once: the first replay hung")
     assert len(warnings) == 5
+    # what the server ended of the hung replay: none is perf_analyzer's sleeping worker
+    slept, some = outcome.run_warnings(
+        [_segment(0, "x", hung="perf_analyzer hung", hung_ended=0),
+         _segment(1, "n", hung="perf_analyzer hung", hung_ended=1)], _Scraper())
+    assert slept.endswith("the server ended 0 of its 1 requests (perf_analyzer sent none: "
+                          "its worker slept, docs/platform.md)")
+    assert some.endswith("the server ended 1 of its 1 requests")

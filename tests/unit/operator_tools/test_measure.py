@@ -105,6 +105,20 @@ explicit_batching_queue_depth{model="m_explicit",model_instance="m_explicit_0_1"
                                                    "m_explicit"): 7.0}
 
 
+def test_ended_count_adds_answered_and_failed_over_versions(monkeypatch):
+    seen = []
+
+    def stats(url, timeout_s):
+        seen.append(url)
+        return {"model_stats": [
+            {"inference_stats": {"success": {"count": 60}, "fail": {"count": 2}}},
+            {"inference_stats": {"success": {"count": "3"}, "fail": {"count": "0"}}}]}
+
+    monkeypatch.setattr(M, "get_json", stats)
+    assert M.ended_count("http://h:1", "m") == 65
+    assert seen == ["http://h:1/v2/models/m/stats"]
+
+
 def test_inside_keeps_intervals_wholly_within_a_span():
     series = [(0, 10, 0.1), (10, 20, 0.2), (15, 25, 0.3)]
     assert M.inside(series, [(0, 20)]) == [0.1, 0.2]
