@@ -11,7 +11,8 @@ How one segment runs
     microseconds between sends, from ``simulation.workload``: Poisson or bursty
     on-off arrivals) and ``--input-data`` (one entry per request: send k carries entry k),
     ``--async`` (open loop: a slow server never slows the sender) and ``--request-count``
-    = the trace's length (exactly one pass, no warm-up). The explicit model gets each
+    = the trace's length (exactly one pass, no warm-up), with one worker thread
+    (``--max-threads 1``: ``perf_analyzer.replay_trace`` says why). The explicit model gets each
     request's SLA as the ``SLA_MS`` input; the native model gets the same sequences
     without it (perf_analyzer refuses inputs a model does not declare). A request's SLA
     class is known from its input-data entry, whichever model served it.

@@ -195,7 +195,7 @@ def _setup_lines(http: str, metrics_url: str, xi: ModelInfo, ni: ModelInfo,
         f"- Segments: {len(runs)} in one run, alternating "
         + ", ".join(s.role for s in runs) + f", {gap_s:g} s apart; each replays the same "
         f"trace with perf_analyzer `--request-intervals` (`--async`, `--request-count "
-        f"{n}`), per-request timestamps from `--profile-export-file`.",
+        f"{n}`, `--max-threads 1`), per-request timestamps from `--profile-export-file`.",
         "",
     ]
 
