@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,13 +25,15 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from benchmarks.pages import write_page
+from benchmarks.repository import copy_model
+from operator_tools import perf_analyzer as pa
 from operator_tools.compare.cli import build_workload
 from operator_tools.compare.segments import write_inputs
 from operator_tools.measure import ended_count
-from operator_tools.perf_analyzer import find_perf_analyzer, perf_analyzer_env
-from server_ops.launcher import DEFAULT_MODEL_REPOSITORY, TritonServer
+from server_ops.launcher import TritonServer
 
 MODEL = "emulated_native"
+PROFILES_OF = "emulated_explicit"
 TIME_SCALE = 5.0
 RATE_RPS, DURATION_S = 20.0, 3.0  # the compare test's workload
 SETTLE_S = 2.0  # after a killed run, before the server's count is read
@@ -46,27 +46,18 @@ def _hog() -> None:
 
 def one_replay(server: TritonServer, protocol: str, files: tuple[str, str], count: int,
                timeout_s: float, export: str) -> tuple[bool, int]:
-    """(finished, requests the server ended during the run)."""
+    """(finished, requests the server ended during the run): ``--request-count`` with
+    perf_analyzer's default workers (``replay_trace`` runs one)."""
     intervals, data = files
     url = server.grpc_url if protocol == "grpc" else server.http_url
     http = f"http://{server.http_url}"
     before = ended_count(http, MODEL)
-    if os.path.exists(export):
-        os.remove(export)
-    cmd = [find_perf_analyzer(), "-m", MODEL, "-u", url, "-i", protocol, "--async",
-           "--request-intervals", intervals, "--request-count", str(count),
-           "--input-data", data, "--profile-export-file", export]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=perf_analyzer_env())
-    try:
-        proc.wait(timeout=timeout_s)
-        finished = proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        finished = False
+    run = pa.run_exported(url, MODEL, data, ("--request-intervals", intervals,
+                                             "--request-count", str(count)),
+                          export, protocol, timeout_s)
+    if run.error and run.error.startswith(pa.REPLAY_HUNG):
         time.sleep(SETTLE_S)
-    return finished, ended_count(http, MODEL) - before
+    return run.error is None, ended_count(http, MODEL) - before
 
 
 def main() -> int:
@@ -85,11 +76,8 @@ def main() -> int:
         intervals, _, data, _ = write_inputs(tmp, offsets_ms, entries)
         count, timeout_s = len(offsets_ms), 3 * offsets_ms[-1] / 1000.0 + 20
         repo = os.path.join(tmp, "model_repository")
-        shutil.copytree(DEFAULT_MODEL_REPOSITORY, repo,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        with open(os.path.join(repo, MODEL, "config.pbtxt"), "a") as fh:
-            fh.write(f'\nparameters {{ key: "time_scale" value: {{ string_value: '
-                     f'"{TIME_SCALE:g}" }} }}\n')
+        copy_model(PROFILES_OF, repo)  # its profiles folder: the native model's profile_dir
+        copy_model(MODEL, repo, params={"time_scale": f"{TIME_SCALE:g}"})
         for h in hogs:
             h.start()
         try:
