@@ -134,7 +134,7 @@ class HoldDriver:
         whole = runner.take_whole(queued) if queued else None
         if whole is not None:  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),
-                         whole.step.estimated_ms, AS_HANDED, runner.executor_s)
+                         whole.step.estimated_ms, AS_HANDED, whole.executor_s)
         elif queued:
             runner.submit(queued, now)
             self._run(answers, queued, record, self._budget_sla_ms(queued))
@@ -186,17 +186,16 @@ class HoldDriver:
                     self._refuse_rest(record, started, budget_s, len(answers.requests))
                     break
             try:
-                step = runner.step(flush=True).step
+                ran = runner.step(flush=True)
             except Exception:  # its requests were answered (INTERNAL); serve the rest
                 runner.step_failed()
                 if runner.engine.queue_depth >= depth:  # nothing left the queue: stop
                     runner.refuse_queued("step_failed",
                                          "scheduler failed before this request ran")
                 continue
-            ended = self._clock()
+            ended, step = self._clock(), ran.step
             record.batch(len(step.batch), len(step.refused), started, ended,
-                         step.estimated_ms, step.former,
-                         runner.executor_s if step.batch else 0.0)
+                         step.estimated_ms, step.former, ran.executor_s)
             left = runner.engine.queue_depth
             if left:
                 self._send_early(answers, deadlines, record, ended,

@@ -82,14 +82,16 @@ class Perception:
 @dataclass(frozen=True)
 class Ran:
     """What one ``Runner.step`` did: its time, the engine's step, the arrivals counted
-    when it was taken, when its batch started (None: no batch), and the sidecar's health
-    it perceived (for the metric)."""
+    when it was taken, when its batch started (None: no batch), the sidecar's health it
+    perceived (for the metric), and its batch's run on the executor (s; 0 where none ran:
+    the timeline's device share)."""
 
     now_s: float
     step: Step
     arrivals_seen: int
     started_s: float | None
     sidecar_health: float = SIDECAR_DISABLED
+    executor_s: float = 0.0
 
 
 class Runner:
@@ -122,7 +124,7 @@ class Runner:
         self._flush_lock = threading.Lock()  # one metrics flush at a time
         self.batch_timeout_floor_s = batch_timeout_floor_s
         self._running: _Running | None = None  # the batch on the executor (the watchdog's)
-        self.executor_s = 0.0  # the last batch's run on the executor (the timeline's)
+        self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
         self.hung_batches = 0
         self.timeouts = TimeoutGuard(answers, model_name, clock)
 
@@ -174,8 +176,10 @@ class Runner:
         finally:  # a step never strands what it took out of the queue
             self.refuse([r for r, _ in step.refused if not r.handle.answered], "step_failed",
                         "scheduler loop failed while handling this request")
-        started = self._run(step, now) if step.batch else None
-        return Ran(now, step, arrivals_seen, started, health)
+        if not step.batch:
+            return Ran(now, step, arrivals_seen, None, health)
+        started = self._run(step, now)
+        return Ran(now, step, arrivals_seen, started, health, self.executor_s)
 
     def _refuse_shed(self, refused, backlog_ms: float) -> None:
         """A step's refusals, each with its own numbers (``Refusal.detail``) and when to
@@ -196,7 +200,8 @@ class Runner:
             self.arrivals += len(batch)
         self._log_zone_change(step.decision.zone, step.decision.mode,
                               self.scheduler.formers[step.decision.mode].name, now)
-        return Ran(now, step, self.arrivals, self._run(step, now), health)
+        started = self._run(step, now)
+        return Ran(now, step, self.arrivals, started, health, self.executor_s)
 
     def _run(self, step: Step, now: float) -> float:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when

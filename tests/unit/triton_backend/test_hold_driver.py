@@ -328,6 +328,9 @@ def test_a_quiet_call_runs_as_handed_and_a_split_one_is_decided(adapter, pb_util
     assert batches[0] == [(3, "as_handed")]
     assert sorted(batches[1]) in ([(2, "length_aware"), (4, "length_aware")],
                                   [(3, "length_aware"), (3, "length_aware")])
+    # each batch's executor run (Ran.executor_s) lies inside its span, on either path
+    for b in (b for r in records for b in r["batches"]):
+        assert 0.0 < b[6] <= b[3] - b[2], b
     assert decided[0] == 0 and decided[1] >= 2
     assert len(spy.computed) == 9
     assert model.scheduler.counts["batches"] == 3 and model.scheduler.counts["requests"] == 9
