@@ -160,8 +160,22 @@ class Controller:
     def batch_finished(self, batch: Sequence[QueuedRequest], now_s: float,
                        succeeded: bool) -> None:
         """Busy time always; per-request latency and SLA only for a batch that succeeded."""
+        self.batch_ended(now_s)
+        self.batch_observed(batch, now_s, succeeded)
+
+    def batch_ended(self, now_s: float) -> None:
+        """The device went free at ``now_s``: busy time, and the state the next decision
+        reads (``ControlState.last_finish_s``)."""
         self.busy.stop(now_s)
         self._last_finish_s = now_s
+        self._refresh()
+
+    def batch_observed(self, batch: Sequence[QueuedRequest], now_s: float,
+                       succeeded: bool) -> None:
+        """A batch that ended at ``now_s`` (``batch_ended``), its latencies and SLAs (a
+        batch that succeeded): the windows the next perception reads. The server may feed
+        it a batch late, while the next one runs (``runner.Runner``): nothing decided
+        reads these windows before the perception period's next tick."""
         if succeeded and batch:
             latency_ms = [(now_s - r.arrival_s) * 1000.0 for r in batch]
             self.latencies.add_many(now_s, latency_ms)
@@ -169,7 +183,6 @@ class Controller:
             met = sum(1 for lat, r in zip(latency_ms, batch) if lat <= r.sla_ms)
             self.sla_met += met
             self.sla_missed += len(batch) - met
-        self._refresh()
 
     def on_dispatch(self, size: int, compensation: bool) -> None:
         """A batch of ``size`` went: the running batch size; ``compensation``: it was

@@ -10,6 +10,8 @@ this class, so the rules of ``contract.py`` are kept in one place::
     #   if step.batch:
     engine.started(step.batch, start_s)           #   the caller runs it, then
     engine.finished(step.batch, start_s, end_s, ok)
+    #   (or engine.ended(end_s) at once, engine.observed(...) later: the server feeds a
+    #   batch's latencies and cost while the next batch runs)
     #   else ask again at step.wake_at_s, or on the next arrival
 
 It never runs a batch (vLLM's rule: the scheduler returns data and never calls back), reads
@@ -144,6 +146,22 @@ class Engine:
         """``batch``, started at ``started_s``, ended at ``now_s`` (``ok``: it succeeded
         and its answers went out)."""
         self.policy.batch_finished(batch, started_s, now_s, ok)
+
+    def ended(self, now_s: float) -> None:
+        """The device went free at ``now_s``; ``observed`` brings the rest of the batch's
+        feedback, possibly after the next batch started. For a policy without that split
+        (``batch_ended``), the whole feedback waits for ``observed``."""
+        ended = getattr(self.policy, "batch_ended", None)
+        if ended is not None:
+            ended(now_s)
+
+    def observed(self, batch: Sequence[QueuedRequest], started_s: float, ended_s: float,
+                 ok: bool = True) -> None:
+        """The rest of ``finished`` for a batch whose end ``ended`` told."""
+        if getattr(self.policy, "batch_observed", None) is not None:
+            self.policy.batch_observed(batch, started_s, ended_s, ok)
+        else:
+            self.policy.batch_finished(batch, started_s, ended_s, ok)
 
     def drain(self) -> list[QueuedRequest]:
         """Empty the queue (shutdown, or the end of a run): the caller answers each."""

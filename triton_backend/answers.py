@@ -127,6 +127,10 @@ class CallList:
         response = self.responses[slot]
         return response is not None and response is not _SENT
 
+    def pending(self, slot: int) -> bool:
+        """Whether slot ``slot`` has no answer yet."""
+        return self.responses[slot] is None
+
     def send_now(self, slot: int) -> None:
         """Send slot ``slot``'s answer now, through its request's response sender, instead
         of in the returned list (its slot is then ``None`` there)."""

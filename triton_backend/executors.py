@@ -10,6 +10,14 @@ Neither imports Triton.
 An executor's ``run(items, timeout_s)`` runs one batch. ``timeout_s`` is the batch's call
 timeout (``bls.call_timeout_s``), which only a call out of this process (BLS) can carry; the
 executors here run in the stub, bounded by the watchdog (``runner.Runner.check_hung``).
+
+``launch(executor, items, timeout_s)`` starts one batch and returns its flight: the caller
+does other host work while the device runs it, then ``flight.result()`` waits for the
+outputs. An executor with its own ``launch`` runs the batch asynchronously where its
+device allows (the EMULATED device: its sleep is the wait; torch on a GPU: the kernels are
+queued, ``result`` synchronises); any other runs it to the end inside ``launch``
+(``Finished``). ``flight.device_s`` is how long the device ran the batch; ``flight.waited``
+whether ``result`` had to wait for it (the device was still running when asked).
 """
 
 from __future__ import annotations
@@ -71,17 +79,66 @@ class EmulatedDevice:
         return cost_ms(self.cost, shape) * self.emulation.time_scale
 
     def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
+        return self.launch(sequences, timeout_s).result()
+
+    def launch(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0
+               ) -> "EmulatedFlight":
+        """Start the batch: it ends the profile's cost after now (or when its embeddings
+        are computed, if later), whatever the caller does meanwhile, as a GPU's kernels
+        run while the host works; ``result()`` sleeps out what is left of it."""
         if self.gate is not None:
             self.gate.wait_open()
         if self.fault_token and any(self.fault_token in s for s in sequences):
             raise RuntimeError(f"injected device fault (fault_injection_token {self.fault_token})")
         started = time.perf_counter()
         out = np.stack([deterministic_embedding(s) for s in sequences])
-        remaining = self.batch_ms([len(s) for s in sequences]) / 1000.0 - (
-            time.perf_counter() - started)
+        end = started + self.batch_ms([len(s) for s in sequences]) / 1000.0
+        return EmulatedFlight(out, started, max(end, time.perf_counter()))
+
+
+class Finished:
+    """A flight that ended inside ``launch``: the executor ran the batch to its end."""
+
+    __slots__ = ("outputs", "device_s")
+    waited = False
+
+    def __init__(self, outputs, device_s: float):
+        self.outputs, self.device_s = outputs, device_s
+
+    def result(self):
+        return self.outputs
+
+
+class EmulatedFlight:
+    """One batch on the EMULATED device: done at ``end_s`` (``time.perf_counter``)."""
+
+    __slots__ = ("outputs", "started_s", "end_s", "waited")
+
+    def __init__(self, outputs: np.ndarray, started_s: float, end_s: float):
+        self.outputs, self.started_s, self.end_s = outputs, started_s, end_s
+        self.waited = False
+
+    @property
+    def device_s(self) -> float:
+        return self.end_s - self.started_s
+
+    def result(self) -> np.ndarray:
+        remaining = self.end_s - time.perf_counter()
         if remaining > 0:
+            self.waited = True
             time.sleep(remaining)
-        return out
+        return self.outputs
+
+
+def launch(executor, items: Sequence, timeout_s: float = 0.0):
+    """Start ``items`` on ``executor`` (see the module docstring): its own ``launch``
+    where it has one, else ``run`` to the end, timed (``Finished``)."""
+    own = getattr(executor, "launch", None)
+    if own is not None:
+        return own(items, timeout_s)
+    started = time.perf_counter()
+    outputs = executor.run(items, timeout_s)
+    return Finished(outputs, time.perf_counter() - started)
 
 
 class DeviceGate:
@@ -181,7 +238,15 @@ class TorchEncoder:
         return count
 
     def run(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0) -> np.ndarray:
+        return self.launch(sequences, timeout_s).result()
+
+    def launch(self, sequences: Sequence[np.ndarray], timeout_s: float = 0.0
+               ) -> "TorchFlight":
+        """Queue the batch's forward pass: on a GPU its kernels run while the host goes
+        on, and ``result()`` waits for them (the copy to the host); on the CPU it has run
+        by the time this returns."""
         torch = self.torch
+        started = time.perf_counter()
         ids = torch.from_numpy(bucketed_batch(sequences, self.shape_bucket_tokens)
                                ).to(self.device)
         mask = (ids != 0).to(ids.dtype)
@@ -190,7 +255,25 @@ class TorchEncoder:
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
-        return pooled[:len(sequences)].cpu().numpy()
+        return TorchFlight(pooled[:len(sequences)], time.perf_counter() - started)
+
+
+class TorchFlight:
+    """One batch queued on torch's device. ``device_s`` counts the launch and the time
+    ``result`` waited: a lower bound on a GPU (the kernels also ran while the host
+    worked), exact on the CPU."""
+
+    __slots__ = ("pooled", "device_s")
+    waited = False  # unknown: ``device_s`` is all it claims
+
+    def __init__(self, pooled, launch_s: float):
+        self.pooled, self.device_s = pooled, launch_s
+
+    def result(self) -> np.ndarray:
+        started = time.perf_counter()
+        out = self.pooled.cpu().numpy()
+        self.device_s += time.perf_counter() - started
+        return out
 
 
 class MiniLMEncoder(TorchEncoder):

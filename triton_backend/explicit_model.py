@@ -255,6 +255,7 @@ class ExplicitModel:
             self._metrics_thread.join(timeout=SHUTDOWN_DRAIN_S)
         if isinstance(self._sidecar, Sidecar):
             self._sidecar.stop()
+        self.runner.deferred.run_all()  # the last batches' bookkeeping, before the counts go
         self.metrics.close()
         self.runner.refuse_queued("unloaded", "model unloaded before the request ran")
         self.driver.close(SHUTDOWN_DRAIN_S)  # the responders send everything

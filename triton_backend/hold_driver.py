@@ -9,15 +9,16 @@ design's flow chart: batch conventionally); any other is submitted and decided a
 ``HoldDriver.execute(requests)`` is the whole call. It keeps every request Triton's until
 answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
 call's answers as one list: python_backend r24.10 sends a returned list back in one message,
-while each ``response_sender.send`` is a blocking round trip to the server. After a batch,
-with more of the call to run, the answers made so far go early, through their requests'
-response senders, where waiting for the call's end costs their clients more than the
-sends cost the rest of the call (``SendCost``, measured on this host: on a device with
-long batches the first batch's answers would otherwise wait a whole batch); otherwise only
-those the call's estimated end would make late go early (counted: ``early_sends``). The
-call's end is estimated from the scheduler's cost model for what is still queued
-(``Scheduler.queued_run_ms``: on a padded device every batch pays its launch) and from
-the call's own batches so far.
+while each ``response_sender.send`` is a blocking round trip to the server. While the
+call's next batch runs on the device (``Runner.step``'s ``while_running``), the answers
+made so far go early, through their requests' response senders, where the sends fit in
+what is left of that batch, or where waiting for the call's end costs their clients more
+than the sends cost the rest of the call (``SendCost``, measured on this host: on a
+device with long batches the first batch's answers would otherwise wait a whole batch);
+otherwise only those the call's estimated end would make late go early (counted:
+``early_sends``). The call's end is estimated from the scheduler's cost model for what is
+still queued (``Scheduler.queued_run_ms``: on a padded device every batch pays its
+launch) and from the call's own batches so far.
 
 Invariants:
 
@@ -41,6 +42,7 @@ each part took); ``timeline.py`` writes it out for ``scripts/host_ledger.py``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -58,12 +60,14 @@ from .waker import is_wake_request
 
 # What one early answer costs the rest of its call: a send is a blocking round trip to the
 # server, and the stub holds the GIL through it (python_backend r24.10 binds
-# ``InferenceResponseSender.send`` without releasing it), so it cannot overlap the next
-# batch from another thread (tried: on the flat profile at 0.8 of native's peak a sending
-# thread starved the call's own thread of the GIL; calls grew from 15 to 43 requests and
-# the plugin refused). The round trip depends on the host (its cores, the server's load):
-# ``SendCost`` measures it from the driver's own sends, starting from SEND_COST_S, the
-# round trip the per-call timelines showed on 2 shared cores (docs/how-it-works.md).
+# ``InferenceResponseSender.send`` without releasing it), so the sends go from the call's
+# own thread while its next batch is on the device, not from another thread (tried: on
+# the flat profile at 0.8 of native's peak a sending thread starved the call's own thread
+# of the GIL; calls grew from 15 to 43 requests and the plugin refused). A send that does
+# not fit in that batch delays the call. The round trip depends on the host (its cores,
+# the server's load): ``SendCost`` measures it from the driver's own sends, starting from
+# SEND_COST_S, the round trip the per-call timelines showed on 2 shared cores
+# (docs/how-it-works.md).
 SEND_COST_S = 0.0003
 SEND_COST_SMOOTHING = 0.2
 
@@ -146,7 +150,7 @@ class HoldDriver:
         record.wakes = self.last_wakes = call.wakes
         self.early_sends += answers.early_sends
         self.timeline.end(record, done)
-        runner.maybe_log_stats(done)
+        runner.log.maybe_stats(done)
         if self.waker is not None:
             self.waker.call_returned(self._clock(), answered_real=call.wakes < len(requests))
         return returned
@@ -170,6 +174,7 @@ class HoldDriver:
         scheduler = runner.scheduler
         deadlines = {q.handle.slot: q.deadline_s for q in queued}
         budget_s = scheduler.control.overload_call_budget_sla_fraction * min_sla_ms / 1000.0
+        sends = None  # the early answers, sent while the call's next batch runs
         while runner.engine.queue_depth:
             depth = runner.engine.queue_depth
             started = self._clock()
@@ -186,7 +191,7 @@ class HoldDriver:
                     self._refuse_rest(record, started, budget_s, len(answers.requests))
                     break
             try:
-                ran = runner.step(flush=True)
+                ran = runner.step(flush=True, while_running=sends)
             except Exception:  # its requests were answered (INTERNAL); serve the rest
                 runner.step_failed()
                 if runner.engine.queue_depth >= depth:  # nothing left the queue: stop
@@ -196,10 +201,7 @@ class HoldDriver:
             ended, step = self._clock(), ran.step
             record.batch(len(step.batch), len(step.refused), started, ended,
                          step.estimated_ms, step.former, ran.executor_s)
-            left = runner.engine.queue_depth
-            if left:
-                self._send_early(answers, deadlines, record, ended,
-                                 self._remaining_s(record, left), left)
+            sends = functools.partial(self._send_early, answers, deadlines, record)
 
     def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
         """The smallest SLA the call carries that one of its requests can meet (the call's
@@ -241,21 +243,30 @@ class HoldDriver:
         return max(spent / done * left, queued_ms / 1000.0)
 
     def _send_early(self, answers: CallList, deadlines: dict, record: CallRecord,
-                    now: float, remaining_s: float, left: int) -> None:
-        """Between batches, ``left`` requests still to run for about ``remaining_s``: send
-        every answer made so far where holding them to the call's end (``remaining_s``
-        each) costs more than sending them delays everyone still waiting in the call
-        (``SendCost`` each, for the rest and for themselves); else only those in time
-        now that would be late at the call's estimated end (one already late gains its
-        client nothing worth a round trip). The rest go back with the call."""
+                    started_s: float, estimated_ms: float) -> None:
+        """While a batch of the call runs (started at ``started_s``, ``estimated_ms``
+        long): send the answers made so far early, through their response senders, where
+        that costs nothing or pays. Free: the sends fit in what is left of the running
+        batch. Else all of them where holding them to the call's end (about
+        ``remaining_s`` each) costs more than the sends delay everyone still waiting
+        (``SendCost`` each, for the rest and for themselves); else only those in time now
+        that the call's estimated end would make late (one already late gains its client
+        nothing worth a round trip). The rest go back with the call."""
         ready = [slot for slot in deadlines if answers.answered(slot)]
-        if remaining_s < self.send_cost.estimate_s * (left + len(ready)):
+        if not ready:
+            return
+        now = self._clock()
+        hidden_s = started_s + estimated_ms / 1000.0 - now  # the running batch's time left
+        left = self.runner.engine.queue_depth  # queued behind the running batch
+        remaining_s = max(hidden_s, 0.0) + self._remaining_s(record, left)
+        cost_s = self.send_cost.estimate_s
+        waiting = sum(1 for slot in deadlines if answers.pending(slot))
+        if cost_s * len(ready) > hidden_s and remaining_s < cost_s * (waiting + len(ready)):
             end = now + remaining_s
             ready = [slot for slot in ready if now < deadlines[slot] < end]
         if not ready:
             return
-        started = self._clock()
         for slot in ready:
             answers.send_now(slot)
-        self.send_cost.observe(self._clock() - started, len(ready))
+        self.send_cost.observe(self._clock() - now, len(ready))
         record.early_sends += len(ready)

@@ -12,6 +12,7 @@ Invariants:
   (``Ticket.answer``): an exception in a step answers its requests INTERNAL, is logged
   and counted (``step_failed``), and never stops the driver;
 * a batch is bracketed exactly once: ``finished(ok=False)`` when it never ended normally;
+  else ``ended`` at once, ``observed`` while the next one runs (``deferred.Deferred``);
 * the engine is only touched with ``cond`` held (the threaded intakes' arrivals and the
   hold model's metrics thread run beside the step);
 * a batch on the executor past its bound (``check_hung``, the watchdog, called from the
@@ -31,22 +32,25 @@ from typing import Callable, Sequence
 import triton_python_backend_utils as pb_utils
 
 from scheduler_core.engine import Engine, Perceived, Step
-from scheduler_core.contract import ZONE_NAMES, refusal_message
+from scheduler_core.contract import refusal_message
 from scheduler_core.request import QueuedRequest
 from sidecar.sampler import HEALTH_VALUE, usable
 
 from .answers import Answers, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
+from .deferred import Deferred
+from .executors import launch
+from .stats_log import StatsLog
 from .timeout_guard import TimeoutGuard
 from .control_metrics import ControlMetrics
 from .metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S,
                              SIDECAR_DISABLED)
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 
-STATS_LOG_PERIOD_S = 5.0
 # The watchdog's bound on a batch: this many times its estimate, and at least the floor
 # (parameter batch_timeout_floor_ms): an estimate is never exact, a hang is far past it.
 BATCH_TIMEOUT_FACTOR = 10.0
+WhileRunning = Callable[[float, float], None]  # host work beside a batch: (start, estimate ms)
 
 
 class _Running:
@@ -118,8 +122,7 @@ class Runner:
         self.stopping = False
         self.arrivals = 0
         self.loop_errors = 0
-        self._last_zone = None
-        self._last_stats_log = 0.0
+        self.log = StatsLog(model_name, self.scheduler)
         self._last_flush = self._last_histograms = 0.0
         self._flush_lock = threading.Lock()  # one metrics flush at a time
         self.batch_timeout_floor_s = batch_timeout_floor_s
@@ -127,6 +130,7 @@ class Runner:
         self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
         self.hung_batches = 0
         self.timeouts = TimeoutGuard(answers, model_name, clock)
+        self.deferred = Deferred(self.step_failed)  # finished batches' bookkeeping
 
     # -- arrivals ---------------------------------------------------------------------
     def submit_locked(self, queued: list[QueuedRequest], now: float
@@ -158,10 +162,11 @@ class Runner:
         return health
 
     # -- one step ---------------------------------------------------------------------
-    def step(self, flush: bool) -> Ran:
+    def step(self, flush: bool, while_running: WhileRunning | None = None) -> Ran:
         """Take one engine step, answer what it refused and run its batch (the scheduler
         thread; or intake hold's ``execute()`` with ``flush``: nothing arrives until that
-        call has answered its requests, so waiting for arrivals cannot pay)."""
+        call has answered its requests, so waiting for arrivals cannot pay);
+        ``while_running``: the caller's work while the batch is on the device."""
         with self.cond:
             now = self._clock()
             sample, health = self.perception.read(now)
@@ -170,7 +175,7 @@ class Runner:
             backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
         try:
             self._refuse_shed(step.refused, backlog_ms + step.estimated_ms)
-            self._log_zone_change(step.decision.zone, step.decision.mode, step.former, now)
+            self.log.zone_change(step.decision.zone, step.decision.mode, step.former, now)
         except Exception:  # counted and logged; the batch still runs
             self.step_failed()
         finally:  # a step never strands what it took out of the queue
@@ -178,7 +183,7 @@ class Runner:
                         "scheduler loop failed while handling this request")
         if not step.batch:
             return Ran(now, step, arrivals_seen, None, health)
-        started = self._run(step, now)
+        started = self._run(step, now, while_running)
         return Ran(now, step, arrivals_seen, started, health, self.executor_s)
 
     def _refuse_shed(self, refused, backlog_ms: float) -> None:
@@ -198,12 +203,12 @@ class Runner:
             if step is None:
                 return None
             self.arrivals += len(batch)
-        self._log_zone_change(step.decision.zone, step.decision.mode,
-                              self.scheduler.formers[step.decision.mode].name, now)
+        self.log.zone_change(step.decision.zone, step.decision.mode,
+                             self.scheduler.formers[step.decision.mode].name, now)
         started = self._run(step, now)
         return Ran(now, step, self.arrivals, started, health, self.executor_s)
 
-    def _run(self, step: Step, now: float) -> float:
+    def _run(self, step: Step, now: float, while_running: WhileRunning | None = None) -> float:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
@@ -218,7 +223,7 @@ class Runner:
             if self._loop_fault_token and any(
                     self._loop_fault_token in r.handle.input_ids for r in batch):
                 raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
-            self._run_batch(batch, started, step.former, step.estimated_ms)
+            self._run_batch(batch, started, step.former, step.estimated_ms, while_running)
             finished = True
         except Exception:  # its members are answered below (INTERNAL); the driver goes on
             self.step_failed()
@@ -279,7 +284,8 @@ class Runner:
 
     # -- running a batch --------------------------------------------------------------
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str,
-                   estimated_ms: float = 0.0) -> None:
+                   estimated_ms: float = 0.0, while_running: WhileRunning | None = None
+                   ) -> None:
         if not batch:  # every member was cancelled
             self._finished(batch, started, ok=False)
             return
@@ -291,16 +297,21 @@ class Runner:
         try:
             timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
                                        estimated_ms, running.bound_s)
-            ran_from = self._clock()
-            builders = self._run_executor(batch, timeout_s)
-            self.executor_s = self._clock() - ran_from
+            launched = self._clock()
+            flight = self._launch_executor(batch, timeout_s)
+            # The device runs the batch: the host does what can wait for it meanwhile.
+            self.deferred.run_all()
+            if while_running is not None:
+                self.deferred.guarded(while_running, started, estimated_ms)
+            builders = self._builders(flight.result())
+            # Waited: it ran until the wait returned (as native's run is timed); else its span.
+            self.executor_s = self._clock() - launched if flight.waited else flight.device_s
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
             self.refuse(batch, "batch_failed", f"inference failed: {exc}")
         finally:
             self._running = None
-        self.metrics.on_batch([r.seq_len for r in batch], former)
         if running.hung:  # the watchdog answered its requests; the late results are dropped
             pb_utils.Logger.log_warn(
                 f"{self.model_name}: the batch the watchdog failed returned after "
@@ -310,11 +321,23 @@ class Runner:
             for r, build in zip(batch, builders):
                 r.handle.answer(build)
             done = self._clock()  # handed to the responder, or returned with the call
-            self.metrics.on_served([r.sla_ms for r in batch], [r.arrival_s for r in batch],
-                                   started, done)
+            with self.cond:
+                self.engine.ended(done)
+            self.deferred.add(functools.partial(self._observe, batch, former, started, done))
+            return
         else:
             self.metrics.on_event("batch_failures_total")
+        self.metrics.on_batch([r.seq_len for r in batch], former)
         self._finished(batch, started, succeeded)
+
+    def _observe(self, batch: Sequence[QueuedRequest], former: str, started: float,
+                 done: float) -> None:
+        """A batch that succeeded, its deferred bookkeeping: metrics, the engine's feedback."""
+        self.metrics.on_batch([r.seq_len for r in batch], former)
+        self.metrics.on_served([r.sla_ms for r in batch], [r.arrival_s for r in batch],
+                               started, done)
+        with self.cond:
+            self.engine.observed(batch, started, done, True)
 
     def check_hung(self, now: float) -> int:
         """The watchdog: a batch on the executor past its bound has its unanswered
@@ -344,15 +367,18 @@ class Runner:
         with self.cond:
             self.engine.finished(batch, started, self._clock(), ok)
 
-    def _run_executor(self, batch: Sequence[QueuedRequest], timeout_s: float) -> list:
-        """Run ``batch``; one response builder per request (built where it is sent)."""
-        if self.contract is None:
-            embeddings = self.executor.run([r.handle.input_ids for r in batch], timeout_s)
-            return [functools.partial(embedding_response, e) for e in embeddings]
-        outputs = self.executor.run([r.handle.decoded for r in batch], timeout_s)
-        return [functools.partial(outputs_response, o) for o in outputs]
+    def _launch_executor(self, batch: Sequence[QueuedRequest], timeout_s: float):
+        """Start ``batch`` on the executor (``executors.launch``): its flight."""
+        contract = self.contract is not None  # None: the INPUT_IDS -> EMBEDDING contract
+        return launch(self.executor, [r.handle.decoded if contract else r.handle.input_ids
+                                      for r in batch], timeout_s)
 
-    # -- metrics and logs -------------------------------------------------------------
+    def _builders(self, outputs) -> list:
+        """One response builder per request of a batch's outputs (built where it is sent)."""
+        build = embedding_response if self.contract is None else outputs_response
+        return [functools.partial(build, out) for out in outputs]
+
+    # -- metrics -------------------------------------------------------------------
     def flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
         """Publish the control metrics once per ``METRICS_PUBLISH_PERIOD_S``, the
         histograms' series once per ``HISTOGRAM_PUBLISH_PERIOD_S``; a flush already running
@@ -362,6 +388,7 @@ class Runner:
         if not self._flush_lock.acquire(blocking=False):
             return
         try:
+            self.deferred.run_all()  # the counts as of the last batch that ended
             self._last_flush = now
             histograms = now - self._last_histograms >= HISTOGRAM_PUBLISH_PERIOD_S
             if histograms:
@@ -371,30 +398,3 @@ class Runner:
             self.metrics.flush(stats, sidecar_health, histograms)
         finally:
             self._flush_lock.release()
-
-    def _log_zone_change(self, zone: int, mode: str, former: str, now: float) -> None:
-        key = (zone, mode, former)
-        if key != self._last_zone:
-            self._last_zone = key
-            s = self.scheduler.stats(now)
-            pb_utils.Logger.log_info(
-                f"{self.model_name}: zone={ZONE_NAMES[zone]} mode={mode} "
-                f"former={former} "
-                f"score={s.zone_score:.2f} utilization={s.utilization:.2f} "
-                f"queue_depth={s.queue_depth} p99_cv={s.p99_cv:.2f} window_ms={s.window_ms:.2f}")
-
-    def maybe_log_stats(self, now: float, extra: str = "") -> None:
-        if now - self._last_stats_log < STATS_LOG_PERIOD_S:
-            return
-        self._last_stats_log = now
-        s = self.scheduler.stats(now)
-        if s.batches:
-            pb_utils.Logger.log_info(
-                f"{self.model_name}: zone={ZONE_NAMES[s.zone]} prewarmed={s.prewarmed} "
-                f"window_ms={s.window_ms:.2f} utilization={s.utilization:.2f} "
-                f"queue_depth={s.queue_depth} p99_ms={s.p99_ms:.1f} p99_cv={s.p99_cv:.2f} "
-                f"observation_age_ms={s.observation_age_ms:.0f} batches={s.batches} "
-                f"requests={s.requests} sla_met={s.sla_met} sla_missed={s.sla_missed} "
-                f"rejected={s.rejected_infeasible} emergency={s.emergency_batches} "
-                f"compensation={s.compensation_batches} cost_correction={s.cost_correction:.2f}"
-                f"{extra}")

@@ -115,7 +115,7 @@ class ThreadedDriver:
             if runner.arrivals == ran.arrivals_seen:  # nothing arrived since the step
                 self.intake.idle_locked()  # gather: let parked calls go
                 runner.cond.wait(timeout=timeout)
-        runner.maybe_log_stats(time.monotonic(), self.intake.summary())
+        runner.log.maybe_stats(time.monotonic(), self.intake.summary())
         return True
 
     def _sweep_cancelled(self, now: float) -> None:

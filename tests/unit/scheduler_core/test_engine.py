@@ -108,15 +108,31 @@ def test_without_flush_a_step_is_asked_once_and_its_wake_up_never_lies_in_the_pa
     assert len(policy.calls) == 2
 
 
-def test_the_bracket_reaches_the_policy_as_given():
+def started_step():
+    """A policy and its engine with one batch of one request started at 1.25."""
     a = req(1)
     policy = ScriptedPolicy([decision(batch=[a], reason=Reason.FULL)])
     engine = Engine(policy)
     engine.submit([a], 0.0)
     step = engine.step(1.0)
     engine.started(step.batch, 1.25)
+    return policy, engine, step
+
+
+def test_the_bracket_reaches_the_policy_as_given():
+    policy, engine, step = started_step()
     engine.finished(step.batch, 1.25, 1.5, ok=False)
     assert policy.calls[1:] == [("started", 1, 1.25), ("finished", 1, 1.25, 1.5, False)]
+
+
+def test_a_split_bracket_reaches_a_policy_without_the_split_whole_at_observed():
+    """``ended`` now, ``observed`` later: a policy that only has ``batch_finished`` gets
+    it once, at ``observed``, with the batch's own times; the Scheduler gets both halves."""
+    policy, engine, step = started_step()
+    engine.ended(1.5)
+    assert policy.calls[-1] == ("started", 1, 1.25)
+    engine.observed(step.batch, 1.25, 1.5)
+    assert policy.calls[-1] == ("finished", 1, 1.25, 1.5, True)
 
 
 def test_a_perception_sample_reaches_a_policy_that_perceives_and_no_other():

@@ -357,6 +357,29 @@ def test_feedback_updates_utilization_window_and_stats():
     assert st_.cost_correction == pytest.approx(1.0 + 0.2 * 19.0, rel=1e-12)
 
 
+def test_a_batch_ended_then_observed_leaves_the_state_a_finished_batch_leaves():
+    """The server's split feedback (``batch_ended`` at once; ``batch_observed`` later,
+    while the next batch runs) ends where ``batch_finished`` does; between the two, the
+    device is already free for the next decision."""
+    runs = []
+    for split in (False, True):
+        s = make(base_window_ms=10.0, alpha=0.4, perception_window_ms=1000.0, max_batch_size=4)
+        for i in range(4):
+            s.submit(req(i, 0.0), 0.0)
+        d = s.schedule(0.0)
+        s.batch_started(d.batch, 0.0)
+        if split:
+            s.batch_ended(0.5)
+            assert s.controller.state.last_finish_s == 0.5
+            assert s.stats(0.5).batches == 0  # the counts come with the observation
+            s.batch_observed(d.batch, 0.0, 0.5)
+        else:
+            s.batch_finished(d.batch, 0.0, 0.5)
+        s.tick(0.5)
+        runs.append((s.stats(0.5), s.controller.state))
+    assert runs[0] == runs[1]
+
+
 def test_failed_batch_does_not_refit_cost():
     s = make(max_batch_size=1)
     s.submit(req(0, 0.0), 0.0)

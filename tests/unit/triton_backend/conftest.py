@@ -73,20 +73,21 @@ FAST_PARAMS = {"sidecar": "off", "time_scale": "0.01", "control.control_period_m
 
 
 class ExecutorSpy:
-    """Wraps ``model.executor.run``: ``batches`` holds each batch's sequences (as tuples of
-    token ids), recorded when the batch reaches the executor (a batch that then fails
-    included)."""
+    """Wraps ``model.executor``'s ``launch`` (where the runner starts a batch; ``run``
+    where it has none): ``batches`` holds each batch's sequences (as tuples of token ids),
+    recorded when the batch reaches the executor (a batch that then fails included)."""
 
     def __init__(self, model):
         self.batches: list[list[tuple[int, ...]]] = []
         executor = model.executor
-        original = executor.run
+        name = "launch" if hasattr(executor, "launch") else "run"
+        original = getattr(executor, name)
 
-        def run(sequences, timeout_s=0.0):
+        def spied(sequences, timeout_s=0.0):
             self.batches.append([tuple(int(t) for t in s) for s in sequences])
             return original(sequences, timeout_s)
 
-        executor.run = run  # the runner holds the same executor object
+        setattr(executor, name, spied)  # the runner holds the same executor object
 
     @property
     def computed(self) -> list[tuple[int, ...]]:

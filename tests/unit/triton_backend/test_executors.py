@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from scheduler_core.profile import CostModelConfig, EmulationConfig
-from triton_backend.executors import (EMBEDDING_DIM, EmulatedDevice, bucketed_batch,
-                                      deterministic_embedding, pad_batch, unpad_rows)
+from triton_backend.executors import (EMBEDDING_DIM, EmulatedDevice, Finished, bucketed_batch,
+                                      deterministic_embedding, launch, pad_batch, unpad_rows)
 
 # Powers of two keep the expected costs exact.
 COST = CostModelConfig(fixed_ms=1.0, per_sequence_ms=0.5, per_token_ms=0.25,
@@ -61,6 +61,42 @@ def test_run_time_scale_stretches_sleep():
     t0 = time.perf_counter()
     dev.run([np.array([1], dtype=np.int64)])
     assert (time.perf_counter() - t0) * 1000.0 >= 6.0
+
+
+FLAT_50MS = CostModelConfig(fixed_ms=50.0, per_sequence_ms=0.0, per_token_ms=0.0,
+                            per_token_squared_ms=0.0)
+SEQS = [np.array([5, 6, 7], dtype=np.int64), np.array([8], dtype=np.int64)]
+
+
+def test_a_launched_batch_runs_while_the_host_works():
+    """A launch's batch ends its cost after the launch, whatever the host does meanwhile: a
+    host that worked past that end finds it done (``result`` does not wait), and its span
+    is the batch's cost, not the host's work."""
+    dev = EmulatedDevice(FLAT_50MS, EmulationConfig("padded", 1.0))
+    flight = dev.launch(SEQS)
+    time.sleep(0.05)  # the host's work, as long as the batch (sleep never ends early)
+    out = flight.result()
+    assert not flight.waited
+    assert flight.device_s == pytest.approx(0.05)
+    np.testing.assert_array_equal(out, dev.run(SEQS))
+
+
+def test_a_result_asked_for_early_waits_for_the_batch():
+    dev = EmulatedDevice(FLAT_50MS, EmulationConfig("padded", 1.0))
+    t0 = time.perf_counter()
+    flight = dev.launch(SEQS)
+    flight.result()
+    assert flight.waited and (time.perf_counter() - t0) >= 0.05  # a floor, never a ceiling
+
+
+def test_an_executor_without_launch_runs_its_batch_inside_launch():
+    class RunOnly:
+        def run(self, items, timeout_s=0.0):
+            return [len(s) for s in items]
+
+    flight = launch(RunOnly(), SEQS)
+    assert isinstance(flight, Finished) and not flight.waited and flight.device_s >= 0.0
+    assert flight.result() == [3, 1]
 
 
 def test_deterministic_embedding_same_ids_same_vector():

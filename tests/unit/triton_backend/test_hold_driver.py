@@ -136,6 +136,60 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
                for i, r in enumerate(requests))
 
 
+def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_utils,
+                                                                      monkeypatch):
+    """A call of several batches: each batch's feedback (the engine's ``observed``) and
+    the early answers happen while a later batch is on the device (between its launch and
+    its result), never between batches; the last batch's feedback waits for the next
+    call's batch, and the counts add up after it."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    monkeypatch.setattr(type(model.driver), "_remaining_s",
+                        staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
+    events, flying, launches = [], [], []
+    executor, runner = model.executor, model.runner
+    launch, observed = executor.launch, runner.engine.observed
+
+    class Flight:
+        def __init__(self, inner):
+            self.inner, self.waited = inner, True
+
+        @property
+        def device_s(self):
+            return self.inner.device_s
+
+        def result(self):
+            flying.pop()
+            return self.inner.result()
+
+    def spied_launch(sequences, timeout_s=0.0):
+        flying.append(1)
+        launches.append(len(sequences))
+        return Flight(launch(sequences, timeout_s))
+
+    def spied_observed(batch, *args):
+        events.append(("observed", bool(flying)))
+        return observed(batch, *args)
+
+    monkeypatch.setattr(executor, "launch", spied_launch)
+    monkeypatch.setattr(runner.engine, "observed", spied_observed)
+    requests = requests_of(pb_utils, 10)
+    for req in requests:
+        send = req.sender.send
+        req.sender.send = lambda *a, _send=send, **k: (events.append(("send", bool(flying))),
+                                                        _send(*a, **k))[1]
+
+    returned = model.execute(requests)
+
+    for i, req in enumerate(requests):
+        the_answer(pb_utils, req, returned, i)
+    assert len(launches) >= 3 and sum(launches) == 10 and model.driver.early_sends > 0
+    assert events and all(during for _, during in events), events
+    assert sum(kind == "observed" for kind, _ in events) == len(launches) - 1
+    assert model.scheduler.counts["requests"] < 10  # the last batch's, not yet observed
+    model.execute(requests_of(pb_utils, 1, first=300))
+    assert model.scheduler.counts["requests"] >= 10
+
+
 def test_the_send_cost_follows_the_sends_measured_on_this_host():
     """The cost of one early send starts at SEND_COST_S and moves toward what the driver's
     own rounds of sends took, per send; a round of no sends teaches nothing."""
