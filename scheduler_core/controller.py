@@ -29,7 +29,7 @@ from .clock import MAX_RATE, LogicalClock
 from .perception import ArrivalRate, BusyTracker, LatencyWindow, coefficient_of_variation
 from .contract import Mode, Zone
 from .profile import ControlConfig, SchedulerConfig
-from .request import QueuedRequest
+from .request import QueuedRequest, Served
 from .window import ElasticWindow
 from .zones import ZoneDetector
 
@@ -161,7 +161,7 @@ class Controller:
                        succeeded: bool) -> None:
         """Busy time always; per-request latency and SLA only for a batch that succeeded."""
         self.batch_ended(now_s)
-        self.batch_observed(batch, now_s, succeeded)
+        self.batch_observed(Served.of(batch), now_s, succeeded)
 
     def batch_ended(self, now_s: float) -> None:
         """The device went free at ``now_s``: busy time, and the state the next decision
@@ -170,19 +170,19 @@ class Controller:
         self._last_finish_s = now_s
         self._refresh()
 
-    def batch_observed(self, batch: Sequence[QueuedRequest], now_s: float,
-                       succeeded: bool) -> None:
+    def batch_observed(self, served: Served, now_s: float, succeeded: bool) -> None:
         """A batch that ended at ``now_s`` (``batch_ended``), its latencies and SLAs (a
         batch that succeeded): the windows the next perception reads. The server may feed
         it a batch late, while the next one runs (``runner.Runner``): nothing decided
         reads these windows before the perception period's next tick."""
-        if succeeded and batch:
-            latency_ms = [(now_s - r.arrival_s) * 1000.0 for r in batch]
+        if succeeded and served.seq_lens:
+            latency_ms = [(now_s - arrival) * 1000.0 for arrival in served.arrivals_s]
+            slas = served.slas_ms
             self.latencies.add_many(now_s, latency_ms)
-            self.sla_ratios.add_many(now_s, [lat / r.sla_ms for lat, r in zip(latency_ms, batch)])
-            met = sum(1 for lat, r in zip(latency_ms, batch) if lat <= r.sla_ms)
+            self.sla_ratios.add_many(now_s, [lat / sla for lat, sla in zip(latency_ms, slas)])
+            met = sum(1 for lat, sla in zip(latency_ms, slas) if lat <= sla)
             self.sla_met += met
-            self.sla_missed += len(batch) - met
+            self.sla_missed += len(slas) - met
 
     def on_dispatch(self, size: int, compensation: bool) -> None:
         """A batch of ``size`` went: the running batch size; ``compensation``: it was

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .contract import BatchDecision, BatchingPolicy, QueueFull, decide, wake_time
-from .request import QueuedRequest
+from .request import QueuedRequest, Served
 
 # The reason a step names when a hand-over runs whole, as Triton's batcher handed it over
 # (``Engine.take_whole``); a former's name elsewhere.
@@ -155,13 +155,14 @@ class Engine:
         if ended is not None:
             ended(now_s)
 
-    def observed(self, batch: Sequence[QueuedRequest], started_s: float, ended_s: float,
+    def observed(self, served: Served, started_s: float, ended_s: float,
                  ok: bool = True) -> None:
-        """The rest of ``finished`` for a batch whose end ``ended`` told."""
+        """The rest of ``finished`` for a batch whose end ``ended`` told (``served``: the
+        batch as its feedback reads it)."""
         if getattr(self.policy, "batch_observed", None) is not None:
-            self.policy.batch_observed(batch, started_s, ended_s, ok)
+            self.policy.batch_observed(served, started_s, ended_s, ok)
         else:
-            self.policy.batch_finished(batch, started_s, ended_s, ok)
+            self.policy.batch_finished(served.requests(), started_s, ended_s, ok)
 
     def drain(self) -> list[QueuedRequest]:
         """Empty the queue (shutdown, or the end of a run): the caller answers each."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +27,25 @@ class QueuedRequest:
     def remaining_sla_ms(self, now_s: float) -> float:
         """Time left before the deadline, in ms (negative once missed)."""
         return (self.deadline_s - now_s) * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A batch as its feedback reads it (``Scheduler.batch_observed``): its members'
+    lengths, arrivals and SLAs, in parallel lists, without the members. The server feeds
+    it back while the next batch runs, maybe in the next call: the members' handles hold
+    their Triton requests, which it must not keep alive that long."""
+
+    seq_lens: list[int]
+    arrivals_s: list[float]
+    slas_ms: list[float]
+
+    @classmethod
+    def of(cls, batch: Sequence[QueuedRequest]) -> "Served":
+        return cls([r.seq_len for r in batch], [r.arrival_s for r in batch],
+                   [r.sla_ms for r in batch])
+
+    def requests(self) -> list[QueuedRequest]:
+        """The members again, without their handles (for a policy that takes a batch)."""
+        return [QueuedRequest(i, n, a, s) for i, (n, a, s)
+                in enumerate(zip(self.seq_lens, self.arrivals_s, self.slas_ms))]

@@ -30,7 +30,7 @@ from .formers import BatchFormer, Candidate, make_former
 from .overload import OverloadState
 from .contract import BatchDecision, Mode, QueueFull, Reason, Refusal, RejectReason
 from .profile import ControlConfig, HardwareProfile, SchedulerConfig
-from .request import QueuedRequest
+from .request import QueuedRequest, Served
 from .scheduler_stats import SchedulerStats
 
 __all__ = ["Scheduler", "SchedulerStats", "Observation", "BatchDecision", "QueueFull"]
@@ -339,22 +339,22 @@ class Scheduler(AsHandedRule):
         """Feed back a finished batch: busy time, per-request latency and SLA, cost refit
         (``batch_ended``, then ``batch_observed``)."""
         self.batch_ended(now_s)
-        self.batch_observed(batch, started_s, now_s, succeeded)
+        self.batch_observed(Served.of(batch), started_s, now_s, succeeded)
 
     def batch_ended(self, now_s: float) -> None:
         """The device went free at ``now_s``: what the next decision needs at once."""
         self.controller.batch_ended(now_s)
 
-    def batch_observed(self, batch: Sequence[QueuedRequest], started_s: float,
-                       ended_s: float, succeeded: bool = True) -> None:
+    def batch_observed(self, served: Served, started_s: float, ended_s: float,
+                       succeeded: bool = True) -> None:
         """The rest of a finished batch's feedback, which may come a batch late (the
         server feeds it while the next batch runs): counts, latency and SLA windows,
         the cost refit."""
         self.counts["batches"] += 1
-        self.counts["requests"] += len(batch)
+        self.counts["requests"] += len(served.seq_lens)
         if succeeded:
-            self.estimator.observe([r.seq_len for r in batch], (ended_s - started_s) * 1000.0)
-        self.controller.batch_observed(batch, ended_s, succeeded)
+            self.estimator.observe(served.seq_lens, (ended_s - started_s) * 1000.0)
+        self.controller.batch_observed(served, ended_s, succeeded)
 
     def stats(self, now_s: float) -> SchedulerStats:
         loop = self.controller

@@ -33,7 +33,7 @@ import triton_python_backend_utils as pb_utils
 
 from scheduler_core.engine import Engine, Perceived, Step
 from scheduler_core.contract import refusal_message
-from scheduler_core.request import QueuedRequest
+from scheduler_core.request import QueuedRequest, Served
 from sidecar.sampler import HEALTH_VALUE, usable
 
 from .answers import Answers, embedding_response, outputs_response, retry_hint
@@ -323,21 +323,20 @@ class Runner:
             done = self._clock()  # handed to the responder, or returned with the call
             with self.cond:
                 self.engine.ended(done)
-            self.deferred.add(functools.partial(self._observe, batch, former, started, done))
+            self.deferred.add(functools.partial(self._observe, Served.of(batch), former,
+                                                started, done))
             return
         else:
             self.metrics.on_event("batch_failures_total")
         self.metrics.on_batch([r.seq_len for r in batch], former)
         self._finished(batch, started, succeeded)
 
-    def _observe(self, batch: Sequence[QueuedRequest], former: str, started: float,
-                 done: float) -> None:
+    def _observe(self, served: Served, former: str, started: float, done: float) -> None:
         """A batch that succeeded, its deferred bookkeeping: metrics, the engine's feedback."""
-        self.metrics.on_batch([r.seq_len for r in batch], former)
-        self.metrics.on_served([r.sla_ms for r in batch], [r.arrival_s for r in batch],
-                               started, done)
+        self.metrics.on_batch(served.seq_lens, former)
+        self.metrics.on_served(served.slas_ms, served.arrivals_s, started, done)
         with self.cond:
-            self.engine.observed(batch, started, done, True)
+            self.engine.observed(served, started, done, True)
 
     def check_hung(self, now: float) -> int:
         """The watchdog: a batch on the executor past its bound has its unanswered

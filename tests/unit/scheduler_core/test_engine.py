@@ -8,7 +8,7 @@ from simulation.native_batcher import TritonDynamicBatcher as NativeBatcher
 from scheduler_core.contract import (MIN_WAKE_STEP_S, BatchDecision, QueueFull, Reason,
                                    RejectReason)
 from scheduler_core.profile_files import load_profile, profile_path
-from scheduler_core.request import QueuedRequest
+from scheduler_core.request import QueuedRequest, Served
 from scheduler_core.scheduler import Scheduler
 
 
@@ -131,7 +131,7 @@ def test_a_split_bracket_reaches_a_policy_without_the_split_whole_at_observed():
     policy, engine, step = started_step()
     engine.ended(1.5)
     assert policy.calls[-1] == ("started", 1, 1.25)
-    engine.observed(step.batch, 1.25, 1.5)
+    engine.observed(Served.of(step.batch), 1.25, 1.5)
     assert policy.calls[-1] == ("finished", 1, 1.25, 1.5, True)
 
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import ControlConfig, CostModelConfig, SchedulerConfig
-from scheduler_core.request import QueuedRequest
+from scheduler_core.request import QueuedRequest, Served
 from scheduler_core.entry_queue import take_fifo
 from scheduler_core.contract import QueueFull
 from scheduler_core.scheduler import Scheduler
@@ -372,7 +372,7 @@ def test_a_batch_ended_then_observed_leaves_the_state_a_finished_batch_leaves():
             s.batch_ended(0.5)
             assert s.controller.state.last_finish_s == 0.5
             assert s.stats(0.5).batches == 0  # the counts come with the observation
-            s.batch_observed(d.batch, 0.0, 0.5)
+            s.batch_observed(Served.of(d.batch), 0.0, 0.5)
         else:
             s.batch_finished(d.batch, 0.0, 0.5)
         s.tick(0.5)
