@@ -23,13 +23,13 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from .clock import MAX_RATE, LogicalClock
 from .perception import ArrivalRate, BusyTracker, LatencyWindow, coefficient_of_variation
 from .contract import Mode, Zone
 from .profile import ControlConfig, SchedulerConfig
-from .request import QueuedRequest, Served
+from .request import Served
 from .window import ElasticWindow
 from .zones import ZoneDetector
 
@@ -156,12 +156,6 @@ class Controller:
 
     def batch_started(self, now_s: float) -> None:
         self.busy.start(now_s)
-
-    def batch_finished(self, batch: Sequence[QueuedRequest], now_s: float,
-                       succeeded: bool) -> None:
-        """Busy time always; per-request latency and SLA only for a batch that succeeded."""
-        self.batch_ended(now_s)
-        self.batch_observed(Served.of(batch), now_s, succeeded)
 
     def batch_ended(self, now_s: float) -> None:
         """The device went free at ``now_s``: busy time, and the state the next decision

@@ -257,15 +257,16 @@ class HoldDriver:
             return
         now = self._clock()
         hidden_s = started_s + estimated_ms / 1000.0 - now  # the running batch's time left
-        left = self.runner.engine.queue_depth  # queued behind the running batch
-        remaining_s = max(hidden_s, 0.0) + self._remaining_s(record, left)
         cost_s = self.send_cost.estimate_s
-        waiting = sum(1 for slot in deadlines if answers.pending(slot))
-        if cost_s * len(ready) > hidden_s and remaining_s < cost_s * (waiting + len(ready)):
-            end = now + remaining_s
-            ready = [slot for slot in ready if now < deadlines[slot] < end]
-        if not ready:
-            return
+        if cost_s * len(ready) > hidden_s:  # the sends outlast the running batch
+            left = self.runner.engine.queue_depth  # queued behind the running batch
+            remaining_s = max(hidden_s, 0.0) + self._remaining_s(record, left)
+            waiting = sum(1 for slot in deadlines if answers.pending(slot))
+            if remaining_s < cost_s * (waiting + len(ready)):
+                end = now + remaining_s
+                ready = [slot for slot in ready if now < deadlines[slot] < end]
+                if not ready:
+                    return
         for slot in ready:
             answers.send_now(slot)
         self.send_cost.observe(self._clock() - now, len(ready))
