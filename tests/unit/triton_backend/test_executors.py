@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from scheduler_core.profile import CostModelConfig, EmulationConfig
+from triton_backend import executors
 from triton_backend.executors import (EMBEDDING_DIM, EmulatedDevice, Finished, bucketed_batch,
                                       deterministic_embedding, launch, pad_batch, unpad_rows)
 
@@ -68,25 +69,47 @@ FLAT_50MS = CostModelConfig(fixed_ms=50.0, per_sequence_ms=0.0, per_token_ms=0.0
 SEQS = [np.array([5, 6, 7], dtype=np.int64), np.array([8], dtype=np.int64)]
 
 
-def test_a_launched_batch_runs_while_the_host_works():
+class FakeTime:
+    """``executors``' clock: it moves only when the test or a sleep moves it."""
+
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    clock = FakeTime()
+    monkeypatch.setattr(executors, "time", clock)
+    return clock
+
+
+def test_a_launched_batch_runs_while_the_host_works(fake_time):
     """A launch's batch ends its cost after the launch, whatever the host does meanwhile: a
     host that worked past that end finds it done (``result`` does not wait), and its span
     is the batch's cost, not the host's work."""
     dev = EmulatedDevice(FLAT_50MS, EmulationConfig("padded", 1.0))
     flight = dev.launch(SEQS)
-    time.sleep(0.05)  # the host's work, as long as the batch (sleep never ends early)
+    fake_time.now += 0.08  # the host's work, longer than the batch
     out = flight.result()
-    assert not flight.waited
+    assert not flight.waited and fake_time.slept == []
     assert flight.device_s == pytest.approx(0.05)
-    np.testing.assert_array_equal(out, dev.run(SEQS))
+    np.testing.assert_array_equal(out, np.stack([deterministic_embedding(s) for s in SEQS]))
 
 
-def test_a_result_asked_for_early_waits_for_the_batch():
+def test_a_result_asked_for_early_waits_for_the_batch(fake_time):
     dev = EmulatedDevice(FLAT_50MS, EmulationConfig("padded", 1.0))
-    t0 = time.perf_counter()
     flight = dev.launch(SEQS)
+    fake_time.now += 0.01  # the host's work, shorter than the batch
     flight.result()
-    assert flight.waited and (time.perf_counter() - t0) >= 0.05  # a floor, never a ceiling
+    assert flight.waited and fake_time.slept == [pytest.approx(0.04)]
+    assert flight.device_s == pytest.approx(0.05)
 
 
 def test_an_executor_without_launch_runs_its_batch_inside_launch():
