@@ -52,6 +52,8 @@ DEFAULT_OUT = os.path.join(REPO_ROOT, "results", "hold_speed.md")
 NATIVE, SHIPPED = "emulated_native", "emulated_explicit"
 DATA_ENTRIES = 2000
 POISSON = ("--request-distribution", "poisson", "--stability-percentage", "30", "--max-trials", "4")
+# The SLA as a request parameter (perf_analyzer sends one value, over gRPC only).
+SLA_PARAMETER = ("--request-parameter", "sla_ms:100:int")
 CLOSED_LOOP_FLAGS = ("--stability-percentage", "30", "--max-trials", "6")
 
 
@@ -219,6 +221,10 @@ def main() -> int:
                         help=f"add {VARIANT}: the shipped plugin with these parameters")
     parser.add_argument("--profile", choices=sorted(DEVICES), default="flat",
                         help="the EMULATED device of every model (default: flat)")
+    parser.add_argument("--sla-parameter", action="store_true",
+                        help="the plugins' SLA as the sla_ms request parameter (100 ms for "
+                             "every request: perf_analyzer sends one value), not the SLA_MS "
+                             "input; every model over gRPC (results/sla_carriage.md)")
     parser.add_argument("--measurement-ms", type=int, default=4000)
     parser.add_argument("--timeline", default="", help="folder for the per-call timelines")
     parser.add_argument("--out", default=DEFAULT_OUT)
@@ -234,24 +240,31 @@ def main() -> int:
                                   mix_entries(SLA_CLASSES_MS, DATA_ENTRIES))
         data_n = write_input_data(os.path.join(tmp, "mix.json"),
                                   mix_entries(None, DATA_ENTRIES))
-        data = {m: data_n if m in (NATIVE, NATIVE_POLICY) else data_e for m in models}
+        natives = (NATIVE, NATIVE_POLICY)
+        data = {m: data_n if m in natives or args.sla_parameter else data_e for m in models}
+        protocol = "grpc" if args.sla_parameter else "http"
+        extra = {m: SLA_PARAMETER if args.sla_parameter and m not in natives else ()
+                 for m in models}
+
+        def row(m: str, rate: float, fraction, concurrency: int = 0) -> Row:
+            return measure(server, m, data[m], rate, fraction, args.measurement_ms,
+                           concurrency=concurrency, extra=extra[m], protocol=protocol)
+
         rows: list[Row] = []
         with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
             for m in models:  # warm-up
-                measure(server, m, data[m], 200, 0.0, 1500)
-            native_peak = measure(server, NATIVE, data[NATIVE], 0, None,
-                                  args.measurement_ms, concurrency=64)
+                measure(server, m, data[m], 200, 0.0, 1500, extra=extra[m], protocol=protocol)
+            native_peak = row(NATIVE, 0, None, concurrency=64)
             peak = native_peak.throughput or 1000.0
             print(table([native_peak], peak)[-1], flush=True)
             for k, f in enumerate(args.fractions):
                 order = models[k % len(models):] + models[:k % len(models)]
                 for m in order:
-                    rows.append(measure(server, m, data[m], f * peak, f, args.measurement_ms))
+                    rows.append(row(m, f * peak, f))
                     print(table(rows[-1:], peak)[-1], flush=True)
             closed = [native_peak]
             for m in models[:-1]:
-                closed.append(measure(server, m, data[m], 0, None, args.measurement_ms,
-                                      concurrency=64))
+                closed.append(row(m, 0, None, concurrency=64))
                 print(table(closed[-1:], peak)[-1], flush=True)
         with open(os.path.join(tmp, "server.log"), errors="replace") as fh:
             unload = [line.split("] ", 1)[-1].strip().strip('"') for line in fh
@@ -263,7 +276,8 @@ def main() -> int:
                         *(f"{f:g}" for f in args.fractions),
                         *(["--hand-over", *map(str, args.hand_over)] if args.hand_over else []),
                         *(["--native-policy"] if args.native_policy else []),
-                        *(["--variant", *args.variant] if args.variant else [])])
+                        *(["--variant", *args.variant] if args.variant else []),
+                        *(["--sla-parameter"] if args.sla_parameter else [])])
     text = "\n".join([
         "# The shipped default at device speed (perf_analyzer, Poisson; EMULATED "
         + ("flat t4" if args.profile == "flat" else args.profile) + ")", "",
@@ -274,7 +288,10 @@ def main() -> int:
         f"`{SHIPPED}` is the shipped config; `hold_handoverN` is intake hold with a "
         "hand-over of N requests and no queue policy"
         + (f"; `{VARIANT}` is the shipped config with {', '.join(args.variant)}"
-           if args.variant else "") + ".", "",
+           if args.variant else "") + "."
+        + (" The plugins' SLA is the `sla_ms` request parameter, 100 ms for every request "
+           "(no `SLA_MS` input); perf_analyzer over gRPC for every model."
+           if args.sla_parameter else ""), "",
         *table(rows, peak), "", "Closed loop (concurrency 64):", "",
         *table(closed, peak), "", "The plugins' own account at unload:", "",
         *[f"- `{line}`" for line in unload], ""])

@@ -28,7 +28,7 @@ from server_ops.launcher import TritonServer
 CASES = ("explicit, SLA_MS input", "explicit, sla_ms parameter", "explicit, no SLA given",
          "native")
 NATIVE_CASE = CASES[-1]
-PARAMETER = ("--request-parameter", "sla_ms:100:int")
+PARAMETER = H.SLA_PARAMETER
 LOOPS = ("closed", "open")
 
 

@@ -4,7 +4,8 @@ plugin's stub and to native's, each under the same perf_analyzer load in one ser
 classes for explicit).
 
     .venv/bin/python scripts/stub_profile.py [--profile flat|h200_minilm|host_bound]
-        [--rate 1200 | --concurrency 64] [--seconds 12] [--out PAGE]
+        [--rate 1200 | --concurrency 64] [--seconds 12] [--out PAGE] [--raw-dir DIR]
+        [--native]
 
 py-spy samples the stub's threads (``record --nonblocking --threads --function``, 400 Hz,
 raw stacks) from before perf_analyzer starts until it ends (it repeats its ``--seconds``
@@ -18,6 +19,9 @@ requests from shared memory, sending the responses). py-spy leaves out a thread 
 idle, but it still samples ``time.sleep``: the EMULATED device's sleep shows as
 ``EmulatedDevice.run``'s own samples, so sampled time is not CPU time. cProfile
 (``EXPLICIT_BATCHING_CPROFILE_DIR``) inflates each stage about 3x; a sampler does not.
+``--raw-dir`` keeps py-spy's stacks of every thread; ``--native`` samples C/C++ frames too,
+which py-spy does only by pausing the stub at each sample: that slows it, read the shares,
+not the rates.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def main_thread(threads: dict[str, dict]) -> str | None:
 
 
 def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
-        tmp: str) -> list[dict]:
+        tmp: str, raw_dir: str | None = None, native: bool = False) -> list[dict]:
     out = []
     with shipped_beside_native(tmp, profile) as (server, models, data):
         pids = {m: find_stub(server.process.pid, m) for m in models}
@@ -91,7 +95,9 @@ def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
             raw = os.path.join(tmp, f"{m}.raw")
             spy = subprocess.Popen(
                 [py_spy, "record", "--pid", str(pids[m]), "--rate", str(SAMPLE_HZ),
-                 "--format", "raw", "--function", "--threads", "--nonblocking", "-o", raw],
+                 "--format", "raw", "--function", "--threads", "-o", raw,
+                 # py-spy reads native stacks only with the process paused at each sample
+                 *(["--native"] if native else ["--nonblocking"])],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)  # py-spy attached
             row = measure(server, m, data[m], rate, None, seconds * 1000,
@@ -100,6 +106,9 @@ def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
             # they cover the requests counted (py-spy writes its file on SIGINT)
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
+            if raw_dir:  # every thread's stacks, for a look beyond the page's table
+                os.makedirs(raw_dir, exist_ok=True)
+                shutil.copy(raw, raw_dir)
             with open(raw, encoding="utf-8", errors="replace") as fh:
                 out.append({"model": m, "row": row, "threads": parse_raw(fh)})
             print(m, row.throughput, row.p50_ms, row.error[:80], flush=True)
@@ -161,11 +170,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=12)
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or "")
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--native", action="store_true",
+                        help="sample C/C++ frames too (py-spy --native)")
+    parser.add_argument("--raw-dir", help="keep py-spy's raw stacks (one file per model) here")
     args = parser.parse_args()
     if not args.py_spy:
         parser.error("py-spy is needed (pip install py-spy, or --py-spy PATH)")
     with tempfile.TemporaryDirectory(prefix="stub-profile-") as tmp:
-        runs = run(args.profile, args.rate, args.concurrency, args.seconds, args.py_spy, tmp)
+        runs = run(args.profile, args.rate, args.concurrency, args.seconds, args.py_spy, tmp,
+                   args.raw_dir, args.native)
     write_page(args.out, "\n".join(page(runs, args)))
     return 0
 

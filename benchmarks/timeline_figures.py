@@ -2,13 +2,15 @@
 ``EXPLICIT_BATCHING_TIMELINE_DIR``, written by the explicit models and, for comparison, by
 native: the device idle while requests wait (the issue's figure), the gap before each
 hand-over per request it carries, the cost of an early send, and calls of equal size side
-by side. ``scripts/host_ledger.py --timeline DIR`` prints them; ``make bench``'s idle
-block (``bench_idle.py``) reports them.
+by side, with the host time of each phase of a call (``phases``).
+``scripts/host_ledger.py --timeline DIR`` prints them; ``make bench``'s idle block
+(``bench_idle.py``) reports them.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -89,19 +91,65 @@ def by_size(records: list[dict]) -> dict[int, dict]:
     return out
 
 
+def _side_by_side(figures: dict[str, dict[int, dict]], sizes, header: str,
+                  cells: Callable[[dict], str]) -> list[str]:
+    """One row per call size in ``sizes`` every model has, then per model: ``header``'s
+    columns after the size and the model, each row's ``cells(figure)``."""
+    sizes = [n for n in sizes if all(n in f for f in figures.values())]
+    columns = header.count("|") + 1
+    lines = [f"| requests in the call | model | {header} |",
+             "|---:|---|" + "---:|" * columns]
+    for n in sizes:
+        lines += [f"| {n} | {model} | {cells(f[n])} |" for model, f in figures.items()]
+    return lines
+
+
 def by_size_table(figures: dict[str, dict[int, dict]]) -> list[str]:
     """``by_size`` of each model, side by side at the sizes in ``BY_SIZE`` every model has."""
-    sizes = [n for n in BY_SIZE if all(n in f for f in figures.values())]
-    lines = ["| requests in the call | model | calls | ms per call | executor (ms) | in "
-             "batches, around the executor (ms) | outside batches (ms) | batches per call |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for n in sizes:
-        for model, f in figures.items():
-            c = f[n]
-            lines.append(f"| {n} | {model} | {c['calls']} | {c['call_ms']:.2f} | "
-                         f"{c['executor_ms']:.2f} | {c['in_batches_ms']:.2f} | "
-                         f"{c['outside_ms']:.2f} | {c['batches']:.2f} |")
-    return lines
+    return _side_by_side(
+        figures, BY_SIZE, "calls | ms per call | executor (ms) | in batches, around the "
+        "executor (ms) | outside batches (ms) | batches per call",
+        lambda c: (f"{c['calls']} | {c['call_ms']:.2f} | {c['executor_ms']:.2f} | "
+                   f"{c['in_batches_ms']:.2f} | {c['outside_ms']:.2f} | {c['batches']:.2f}"))
+
+
+PHASE_SIZES = (1, 2, 4, 8, 16)  # call sizes the phase table compares
+
+
+def phases(records: list[dict]) -> dict[int, dict]:
+    """Per call size (in ``PHASE_SIZES``, with BY_SIZE_MIN_CALLS calls or more), the
+    median host time (us) of each phase of a call outside the device's runs: before its
+    first batch (an explicit call splits it at ``decoded_s``: its decoding and admission,
+    then the decision up to the launch), inside its batches around the executor, and
+    after its last batch (the answers built). Medians: a stall of the 2 shared cores
+    does not tilt them."""
+    cells: dict[int, dict[str, list[float]]] = {}
+    for r in records:
+        n = r["requests"]
+        if n not in PHASE_SIZES or not r["batches"]:
+            continue
+        first, last = r["batches"][0], r["batches"][-1]
+        c = cells.setdefault(n, {"decode": [], "decide": [], "before": [], "around": [],
+                                 "after": []})
+        c["before"].append(first[2] - r["start_s"])
+        if r.get("decoded_s"):
+            c["decode"].append(r["decoded_s"] - r["start_s"])
+            c["decide"].append(first[2] - r["decoded_s"])
+        c["around"].append(sum(b[3] - b[2] - executor_s(b) for b in r["batches"] if b[0]))
+        c["after"].append(r["return_s"] - last[3])
+    return {n: {k: (1e6 * float(np.median(v)) if v else None) for k, v in c.items()}
+            | {"calls": len(c["before"])}
+            for n, c in sorted(cells.items()) if len(c["before"]) >= BY_SIZE_MIN_CALLS}
+
+
+def phases_table(figures: dict[str, dict[int, dict]]) -> list[str]:
+    """``phases`` of each model, side by side at the sizes every model has."""
+    return _side_by_side(
+        figures, PHASE_SIZES, "calls | before the first batch (us) | of it: decoding, "
+        "admission | of it: the decision | in batches, around the executor | after the "
+        "last batch",
+        lambda c: (f"{c['calls']} | {c['before']:.0f} | {fmt_num(c['decode'], '.0f')} | "
+                   f"{fmt_num(c['decide'], '.0f')} | {c['around']:.0f} | {c['after']:.0f}"))
 
 
 def _hand_over(record: dict, previous: dict, gap: float) -> bool:
@@ -169,6 +217,8 @@ def timeline_table(folder: str) -> list[str]:
                          f"{f['handed_over_gap_ms']:.0f} | {f['idle_while_waiting_share']:.3f} "
                          f"| {fmt_num(f['gap_us_per_request'], '.0f')} | {f['early_sends']} | "
                          f"{fmt_num(f['early_send_ms'], '.2f')} |")
-    sizes = {name.split('.')[0]: by_size(read_timeline(os.path.join(folder, name)))
-             for name in sorted(os.listdir(folder)) if name.endswith(".timeline.jsonl")}
-    return lines + ["", *by_size_table(sizes)]
+    records = {name.split('.')[0]: read_timeline(os.path.join(folder, name))
+               for name in sorted(os.listdir(folder)) if name.endswith(".timeline.jsonl")}
+    return lines + ["", *by_size_table({m: by_size(r) for m, r in records.items()}),
+                    "", "Host time per call phase, medians (us):", "",
+                    *phases_table({m: phases(r) for m, r in records.items()})]

@@ -108,6 +108,16 @@ class Ticket:
         return True
 
 
+def answer_all(tickets: Sequence[Ticket], responses: Sequence) -> None:
+    """``Ticket.answer`` for each ticket with its response (a batch's answers), the lock
+    taken once for them all: a ticket answered already keeps its answer."""
+    with _ANSWER_LOCK:
+        for ticket, response in zip(tickets, responses):
+            if not ticket.answered:
+                ticket.answered = True
+                ticket.outbox.deliver(ticket, response)
+
+
 _SENT = object()  # a slot of the call's list whose answer went early
 
 

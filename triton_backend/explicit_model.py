@@ -137,7 +137,11 @@ class ExplicitModel:
             self.model_name, Engine(self.scheduler), self._cond, Answers(self.metrics),
             self.metrics, self.executor, self.contract,
             Perception(self._sidecar, self._sidecar_max_age_s), settings.loop_fault_token,
-            batch_timeout_floor_s=settings.batch_timeout_floor_ms / 1000.0)
+            batch_timeout_floor_s=settings.batch_timeout_floor_ms / 1000.0,
+            # intake hold: the metrics thread applies the sidecar's sample each control
+            # period (_metrics_loop); a sample lives a perception period, so execute()'s
+            # steps, thousands a second, need not apply it again
+            step_perception=None if self.intake.threaded else Perception(None, 0.0))
         self._metrics_stop = threading.Event()
         # Every intake: the watchdog; intake hold: perception and the metrics' publishing.
         self._metrics_thread = threading.Thread(target=self._metrics_loop, daemon=True,

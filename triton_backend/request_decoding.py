@@ -7,8 +7,7 @@ missing optional input, or a malformed one, reach a Python model.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -24,8 +23,10 @@ class RequestError(ValueError):
     """The request is malformed; the message names the problem (sent as INVALID_ARG)."""
 
 
-@dataclass(frozen=True)
-class DecodedRequest:
+class DecodedRequest(NamedTuple):
+    """One request's inputs, validated (immutable; a named tuple, the cheapest immutable
+    record to make, once per request on every call's path)."""
+
     input_ids: np.ndarray  # int64, shape [seq_len]
     sla_ms: float | None  # None = use the profile's default
     timeout_ms: float = 0.0  # Triton's per-request timeout (0: none); intake hold enforces it
@@ -158,7 +159,10 @@ def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
             raise RequestError(f"SLA_MS must hold one value, got shape {list(sla_input.shape)}")
         if sla_input.dtype.kind not in "fiu":
             raise RequestError(f"SLA_MS must be FP32, got {sla_input.dtype}")
-        sla_ms = sla_value(sla_input.item(), "SLA_MS")  # one value, whatever its shape
+        value = sla_input.item()  # one value, whatever its shape
+        # A plain valid float (the usual FP32) as it is; anything else is checked, named
+        sla_ms = (value if type(value) is float and 0.0 < value <= MAX_SLA_MS
+                  else sla_value(value, "SLA_MS"))
     if "sla_ms" in parameters:
         param = sla_value(parameters["sla_ms"], "parameter sla_ms")
         if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):

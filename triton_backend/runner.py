@@ -36,7 +36,7 @@ from scheduler_core.contract import refusal_message
 from scheduler_core.request import QueuedRequest, Served
 from sidecar.sampler import HEALTH_VALUE, usable
 
-from .answers import Answers, embedding_response, outputs_response, retry_hint
+from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .deferred import Deferred
 from .executors import launch
@@ -105,7 +105,7 @@ class Runner:
                  answers: Answers, metrics: ControlMetrics, executor, contract,
                  perception: Perception, loop_fault_token: int = 0,
                  clock: Callable[[], float] = time.monotonic,
-                 batch_timeout_floor_s: float = 5.0):
+                 batch_timeout_floor_s: float = 5.0, step_perception: Perception | None = None):
         self.model_name = model_name
         self.engine = engine
         self.scheduler = engine.policy  # the explicit-control Scheduler
@@ -114,7 +114,9 @@ class Runner:
         self.metrics = metrics
         self.executor = executor
         self.contract = contract  # None: the INPUT_IDS -> EMBEDDING contract
-        self.perception = perception
+        self.perception = perception  # what ``perceive`` applies
+        # What a step applies before it decides (intake hold's: none; see ExplicitModel)
+        self.step_perception = step_perception or perception
         # Test hook, off unless configured: a request holding this token id makes the
         # step fail after its batch was taken (proves nothing is stranded).
         self._loop_fault_token = loop_fault_token
@@ -169,7 +171,7 @@ class Runner:
         ``while_running``: the caller's work while the batch is on the device."""
         with self.cond:
             now = self._clock()
-            sample, health = self.perception.read(now)
+            sample, health = self.step_perception.read(now)
             step = self.engine.step(now, flush, sample)
             arrivals_seen = self.arrivals
             backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
@@ -198,7 +200,7 @@ class Runner:
         (``Engine.take_whole``); None: nothing ran, ``submit`` and ``step`` instead."""
         with self.cond:
             now = self._clock()
-            sample, health = self.perception.read(now)
+            sample, health = self.step_perception.read(now)
             step = None if self.stopping else self.engine.take_whole(batch, now, sample)
             if step is None:
                 return None
@@ -318,8 +320,7 @@ class Runner:
                 f"{self._clock() - started:.1f} s; serving again")
             succeeded = False
         elif succeeded:
-            for r, build in zip(batch, builders):
-                r.handle.answer(build)
+            answer_all([r.handle for r in batch], builders)
             done = self._clock()  # handed to the responder, or returned with the call
             with self.cond:
                 self.engine.ended(done)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import timeline_figures as tf
+from benchmarks.timeline_figures import BY_SIZE_MIN_CALLS
 
 
 def _call(start_s: float, requests: int, batches: list, early_sends: int = 0,
@@ -64,3 +65,27 @@ def test_the_device_runs_only_while_the_executor_does():
     assert figures["host_ms_per_call"] == pytest.approx(3.0)
     old = [{**r, "batches": [b[:6] for b in r["batches"]]} for r in records]
     assert tf.by_size(old)[4]["executor_ms"] == pytest.approx(5.0)
+
+
+def test_a_calls_phases_add_up_to_its_host_time_and_split_at_its_decoding():
+    """Per call size, the medians of a call's phases outside the device: before its first
+    batch (an explicit call splits it where its decoding ended), around its executors,
+    after its last batch; native's records carry no decoding mark. Too few calls of a
+    size: no row."""
+    explicit, native = [], []
+    for k in range(BY_SIZE_MIN_CALLS):
+        t = k * 0.010
+        call = _call(t, 2, [(2, t + 0.0003, t + 0.0053)])  # first batch 300 us in
+        call["decoded_s"] = t + 0.0001
+        call["batches"][0].append(0.0048)  # 200 us of the batch's span is host time
+        call["return_s"] = t + 0.0058  # 500 us after the last batch
+        explicit.append(call)
+        native.append(_call(t, 2, [(2, t + 0.0001, t + 0.0041)]) | {"return_s": t + 0.0042})
+    got, base = tf.phases(explicit)[2], tf.phases(native)[2]
+    assert got["calls"] == BY_SIZE_MIN_CALLS
+    assert (got["before"], got["decode"], got["decide"]) == pytest.approx((300, 100, 200))
+    assert (got["around"], got["after"]) == pytest.approx((200, 500))
+    assert base["decode"] is None and base["before"] == pytest.approx(100)
+    assert tf.phases(explicit[:-1]) == {}  # one call short of a row
+    assert "| 2 | explicit |" in "\n".join(tf.phases_table({"explicit": tf.phases(explicit),
+                                                            "native": tf.phases(native)}))

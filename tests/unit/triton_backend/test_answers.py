@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from triton_backend.answers import (ENDINGS, Answers, CallList, Ticket, embedding_response,
-                                    error)
+from triton_backend.answers import (ENDINGS, Answers, CallList, Ticket, answer_all,
+                                    embedding_response, error)
 from triton_backend.metric_catalog import REJECT_REASONS
 
 
@@ -85,3 +85,19 @@ def test_every_ending_names_a_triton_error_code_and_a_published_label(pb_utils):
     for kind, ending in ENDINGS.items():
         assert hasattr(pb_utils.TritonError, ending.code), kind
         assert ending.refusal_label is None or ending.refusal_label in REJECT_REASONS, kind
+
+
+def test_a_batchs_answers_go_to_each_ticket_once_and_an_earlier_answer_stays(pb_utils):
+    """``answer_all``: every ticket gets its own response; one answered already (say, its
+    timeout passed while it queued) keeps its answer."""
+    outbox = Outbox()
+    tickets = [Ticket(pb_utils.FakeRequest([k + 1]), outbox) for k in range(3)]
+    earlier = error("timed out", pb_utils.TritonError.UNAVAILABLE)
+    tickets[1].answer(earlier)
+    responses = [embedding_response(np.full(4, k)) for k in range(3)]
+
+    answer_all(tickets, responses)
+
+    assert outbox.delivered == [(tickets[1], earlier), (tickets[0], responses[0]),
+                                (tickets[2], responses[2])]
+    assert all(t.answered for t in tickets)

@@ -6,10 +6,14 @@ timeline record per call, whose counts add up."""
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 
 from scheduler_core.request import QueuedRequest
+from sidecar.sampler import PerceptionSample, SampleFile
+from tests.eventually import eventually
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
 from triton_backend import timeline as timeline_module
 from triton_backend.hold_driver import SEND_COST_S, SendCost
@@ -457,3 +461,29 @@ def test_a_hung_batch_is_answered_internal_by_the_watchdog_once(adapter, pb_util
     assert model.runner.hung_batches == 1
     eventually(lambda: pb_utils.metric_value("explicit_batching_hung_batches_total") == 1,
                what="hung_batches_total counts the batch once")
+
+
+def test_the_sidecars_sample_is_applied_by_the_metrics_thread_not_by_each_call(
+        adapter, pb_utils, tmp_path, monkeypatch):
+    """A sidecar sample lives a perception period: intake hold's calls (thousands a
+    second) do not apply it again; the metrics thread applies it each control period."""
+    path = tmp_path / "sample.json"
+    SampleFile(str(path)).write(PerceptionSample(
+        taken_s=time.monotonic(), health="ok", endpoint_ok=None, nvml_available=True,
+        utilization=0.9))
+    model = adapter.model("hold", sidecar=f"file:{path}")
+    applied = []  # (thread, sample) of every perceive with a sample
+    perceive = model.runner.engine.perceive
+
+    def spy(sample):
+        if sample is not None:
+            applied.append((threading.current_thread().name, sample))
+        perceive(sample)
+
+    monkeypatch.setattr(model.runner.engine, "perceive", spy)
+    for _ in range(5):
+        model.execute(requests_of(pb_utils, 3))
+    eventually(lambda: applied, what="the metrics thread applies the sample")
+
+    assert {thread for thread, _ in applied} == {"explicit-metrics"}
+    assert all(s.ok and s.utilization == 0.9 for _, s in applied)
