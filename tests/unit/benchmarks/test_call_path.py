@@ -8,3 +8,8 @@ def test_both_model_classes_run_and_are_costed():
     results = main(["--calls", "3", "--per-call", "4"])
     assert set(results) == {"native", "explicit (hold)"}
     assert all(cost > 0 for cost in results.values())
+
+
+def test_calls_that_start_cold_are_costed_too():
+    results = main(["--calls", "3", "--per-call", "2", "--evict-mb", "1"])
+    assert all(cost > 0 for cost in results.values())
