@@ -30,14 +30,20 @@ class _HandedOver:
 class AsHandedRule:
     """``takes_as_handed`` for ``Scheduler`` (see the module docstring)."""
 
+    # The hand-over taken and not counted yet (``count_taken``): (now, its smallest SLA,
+    # the batch's estimate, its size, the mode).
+    _taken: tuple | None = None
+
     def takes_as_handed(self, now_s: float, batch: Sequence[QueuedRequest]) -> float | None:
         """A hand-over the caller holds (intake hold's call) as one batch, as Triton's
         batcher handed it over, where that is the batch ``schedule`` would form from it
         anyway, known from a few sums instead of a decision's scans. A number (the batch's
-        estimate, ms): ``batch`` is taken, its arrivals counted as ``submit`` counts them
-        (the caller runs it, then ``batch_started`` / ``batch_finished`` as for any
-        batch); None: nothing changed but the control loop's tick, and the caller submits
-        the requests and asks ``schedule``.
+        estimate, ms): ``batch`` is taken (the caller runs it, then ``batch_started`` /
+        ``batch_finished`` as for any batch), its arrivals and its dispatch counted as
+        ``submit`` and ``schedule`` count theirs once the caller reports it started
+        (``count_taken``: the server launches it first, and counts while it runs) or at
+        the scheduler's next entry, whichever comes first; None: nothing changed but the
+        control loop's tick, and the caller submits the requests and asks ``schedule``.
 
         The conditions, each one a reason ``schedule`` could form something else:
 
@@ -58,6 +64,7 @@ class AsHandedRule:
         hand-over as the queue (depth, tightest deadline), as it would once submitted, and
         the late share is measured (none late), so the control loop follows the load
         whichever path the call takes."""
+        self.count_taken()
         n = len(batch)
         cfg, est = self.cfg, self.estimator
         if not n or self._queue or n > cfg.max_batch_size:
@@ -93,11 +100,21 @@ class AsHandedRule:
                     lengths, n, longest, real, squared):
                 return None
         # Every member ends in time in the batch: the smallest SLA is a feasible one.
-        self.controller.on_arrival(now_s, tightest.sla_ms, batch_ms, n)
+        self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
+        return batch_ms
+
+    def count_taken(self) -> None:
+        """Count the hand-over ``takes_as_handed`` took last, once: its arrivals (the
+        smallest SLA a feasible one), the late share's hand-over (none late) and its
+        dispatch."""
+        taken, self._taken = self._taken, None
+        if taken is None:
+            return
+        now_s, sla_ms, batch_ms, n, mode = taken
+        self.controller.on_arrival(now_s, sla_ms, batch_ms, n)
         self.overload.arrived()
         self.overload.measure(now_s, 0, n)
-        self._count_dispatch(n, state.mode, Reason.FLUSH, False)
-        return batch_ms
+        self._count_dispatch(n, mode, Reason.FLUSH, False)
 
     def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
                        squared: int) -> bool:

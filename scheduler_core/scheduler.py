@@ -89,8 +89,7 @@ class Scheduler(AsHandedRule):
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
 
     def _estimates(self, n: int) -> tuple[float, float]:
-        """A request of ``n`` tokens, its uncorrected estimates as its ``Entry`` keeps
-        them: run alone, and in an efficient batch of its length."""
+        """``n`` tokens' uncorrected estimates (its ``Entry``'s): alone, in an efficient batch."""
         base = self.estimator.base_uniform_ms
         return base(1, n), base(self._efficient_batch(n), n)
 
@@ -126,6 +125,7 @@ class Scheduler(AsHandedRule):
         """Queue a call's requests, all arrived at ``now_s``, as ``submit`` queues each in
         turn, with one arrival count for them all; returns those the queue bound left out
         (the last ones), which the caller refuses as ``submit`` would have raised."""
+        self.count_taken()
         room = max(0, self.cfg.max_queued_requests - len(self._queue))
         taken, left = requests[:room], list(requests[room:])
         if not taken:
@@ -191,6 +191,7 @@ class Scheduler(AsHandedRule):
 
         ``flush`` dispatches whatever is queued without waiting (shutdown drain).
         """
+        self.count_taken()
         self.controller.tick(now_s, self._queue)  # perceive, decide
         state = self.controller.state
         rejected = self._shed(now_s, now_s)
@@ -332,6 +333,7 @@ class Scheduler(AsHandedRule):
 
     # -- feedback ----------------------------------------------------------------------
     def batch_started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:
+        self.count_taken()  # a hand-over taken as handed counts once it runs
         self.controller.batch_started(now_s)
 
     def batch_finished(self, batch: Sequence[QueuedRequest], started_s: float,

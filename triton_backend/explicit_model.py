@@ -46,7 +46,8 @@ from .model_loading import (LoadRefused, check_embedding_width, check_inner_mode
                             make_executor, queue_prefetches)
 from .model_settings import REAL_EXECUTORS, SHUTDOWN_DRAIN_S, ModelSettings, SettingsError
 from .responder import Responder
-from .runner import Perception, Runner
+from .runner import Runner
+from .sidecar_sample import Perception
 from .threaded_driver import ThreadedDriver
 from .timeline import TIMELINE_ENV, Timeline
 from .waker import WAKE_REQUEST_ID, Waker

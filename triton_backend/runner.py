@@ -31,14 +31,14 @@ from typing import Callable, Sequence
 
 import triton_python_backend_utils as pb_utils
 
-from scheduler_core.engine import Engine, Perceived, Step
+from scheduler_core.engine import Engine, Step
 from scheduler_core.contract import refusal_message
 from scheduler_core.request import QueuedRequest, Served
-from sidecar.sampler import HEALTH_VALUE, usable
 
 from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .deferred import Deferred
+from .sidecar_sample import Perception
 from .executors import launch
 from .stats_log import StatsLog
 from .timeout_guard import TimeoutGuard
@@ -61,26 +61,6 @@ class _Running:
     def __init__(self, batch, started_s: float, bound_s: float, estimated_ms: float):
         self.batch, self.started_s, self.bound_s = batch, started_s, bound_s
         self.estimated_ms, self.hung = estimated_ms, False
-
-
-class Perception:
-    """The sidecar's latest sample as the engine takes it (``Perceived``): usable only
-    when healthy and younger than ``max_age_s``. No sidecar: nothing to apply."""
-
-    def __init__(self, sidecar, max_age_s: float):
-        self.sidecar = sidecar
-        self.max_age_s = max_age_s
-
-    def read(self, now_s: float) -> tuple[Perceived | None, float]:
-        """(the sample, or None without a sidecar; its health for the metric, -1 when
-        there is no sidecar)."""
-        if self.sidecar is None:
-            return None, SIDECAR_DISABLED
-        sample = self.sidecar.latest()
-        ok = usable(sample, now_s, self.max_age_s)
-        health = HEALTH_VALUE.get(sample.health, 0.0) if sample is not None else 0.0
-        return Perceived(ok, sample.utilization if ok else None,
-                         sample.taken_s if ok else 0.0), health
 
 
 @dataclass(frozen=True)
@@ -129,6 +109,7 @@ class Runner:
         self._flush_lock = threading.Lock()  # one metrics flush at a time
         self.batch_timeout_floor_s = batch_timeout_floor_s
         self._running: _Running | None = None  # the batch on the executor (the watchdog's)
+        self._began = False  # the engine heard the running step's batch started (_start)
         self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
         self.hung_batches = 0
         self.timeouts = TimeoutGuard(answers, model_name, clock)
@@ -214,16 +195,14 @@ class Runner:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
-        started, began, finished = now, False, False
+        started, finished, self._began = now, False, False
         self.executor_s = 0.0
         try:
             batch = self._drop_cancelled(batch, now)
-            with self.cond:
-                started = self._clock()
-                self.engine.started(batch, started)
-                began = True
+            started = self._clock()
             if self._loop_fault_token and any(
                     self._loop_fault_token in r.handle.input_ids for r in batch):
+                self._start(batch, started)
                 raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
             self._run_batch(batch, started, step.former, step.estimated_ms, while_running)
             finished = True
@@ -234,9 +213,16 @@ class Runner:
             if unanswered:
                 self.refuse(unanswered, "step_failed",
                             "scheduler loop failed while handling this request")
-            if began and not finished:  # the batch never finished normally
+            if self._began and not finished:  # the batch never finished normally
                 self._finished(batch, started, ok=False)
         return started
+
+    def _start(self, batch: Sequence[QueuedRequest], started: float) -> None:
+        """The engine hears ``batch`` started at ``started``, once it is on the device
+        (or failed to get there): its bookkeeping runs beside the device, not before it."""
+        with self.cond:
+            self.engine.started(batch, started)
+        self._began = True
 
     def refuse_queued(self, kind: str, message: str, call_size: int = 0) -> int:
         """Take everything still queued out and answer each with ``message``; a
@@ -289,6 +275,7 @@ class Runner:
                    estimated_ms: float = 0.0, while_running: WhileRunning | None = None
                    ) -> None:
         if not batch:  # every member was cancelled
+            self._start(batch, started)
             self._finished(batch, started, ok=False)
             return
         succeeded = False
@@ -297,10 +284,13 @@ class Runner:
             max(self.batch_timeout_floor_s, BATCH_TIMEOUT_FACTOR * estimated_ms / 1000.0),
             estimated_ms)
         try:
-            timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
-                                       estimated_ms, running.bound_s)
-            launched = self._clock()
-            flight = self._launch_executor(batch, timeout_s)
+            try:
+                timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
+                                           estimated_ms, running.bound_s)
+                launched = self._clock()
+                flight = self._launch_executor(batch, timeout_s)
+            finally:  # on the device, or it failed to get there
+                self._start(batch, started)
             # The device runs the batch: the host does what can wait for it meanwhile.
             self.deferred.run_all()
             if while_running is not None:

@@ -613,6 +613,8 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     arrivals = taker.controller.arrivals.rate_rps(now)
 
     estimate = taker.takes_as_handed(now, batch)
+    if estimate is not None:
+        taker.batch_started(batch, now)  # the caller runs what was taken: then it counts
 
     for r in batch:
         decider.submit(r, now)
@@ -687,6 +689,27 @@ def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
     late = [*batch, QueuedRequest(9, 16, 9.0, 100.0)]  # waited 1 s of its 100 ms
     assert Scheduler.from_profile(_twin_profile("t4", "padded", "shipped")).takes_as_handed(
         10.0, late) is None
+
+
+def test_a_hand_over_taken_as_handed_counts_once_it_starts_and_once():
+    """The server launches a taken hand-over before it reports it started: its arrivals
+    (and the late share's hand-over, its dispatch) are counted then, beside the device,
+    once. A take the caller never reported counts at the scheduler's next entry."""
+    s = Scheduler.from_profile(_twin_profile("t4", "padded", "shipped"))
+    batch = [QueuedRequest(k, 16, 9.999, 10_000.0) for k in range(20)]
+    window_s = s.controller.arrivals.window_s
+
+    assert s.takes_as_handed(10.0, batch) > 0
+    assert s.controller.arrivals.rate_rps(10.0) == 0
+    s.batch_started(batch, 10.0)
+    assert s.controller.arrivals.rate_rps(10.0) == 20 / window_s
+    s.batch_started(batch, 10.0)  # reported twice: counted once
+    assert s.controller.arrivals.rate_rps(10.0) == 20 / window_s
+
+    other = Scheduler.from_profile(_twin_profile("t4", "padded", "shipped"))
+    assert other.takes_as_handed(10.0, batch) > 0
+    other.submit_all([QueuedRequest(99, 16, 10.0, 10_000.0)], 10.0)  # its next entry
+    assert other.controller.arrivals.rate_rps(10.0) == 21 / window_s
 
 
 def _twins_on(batch):

@@ -487,3 +487,30 @@ def test_the_sidecars_sample_is_applied_by_the_metrics_thread_not_by_each_call(
 
     assert {thread for thread, _ in applied} == {"explicit-metrics"}
     assert all(s.ok and s.utilization == 0.9 for _, s in applied)
+
+
+def test_the_engine_hears_a_batch_started_once_it_is_on_the_device(adapter, pb_utils,
+                                                                   monkeypatch):
+    """The batch's bookkeeping (busy time, a hand-over's arrivals) runs beside the device:
+    the engine hears each batch started after its launch, on the as-handed path and on
+    the decided one, with the time the batch was taken to start."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    events = []
+    spy = adapter.spy(model)
+    launch = model.executor.launch
+
+    def launched(sequences, timeout_s=0.0):
+        flight = launch(sequences, timeout_s)
+        events.append(("launch", len(sequences)))
+        return flight
+
+    monkeypatch.setattr(model.executor, "launch", launched)
+    started = model.runner.engine.started
+    monkeypatch.setattr(model.runner.engine, "started", lambda batch, now_s: (
+        events.append(("started", len(batch))), started(batch, now_s)))
+
+    model.execute(requests_of(pb_utils, 3))  # one batch as handed
+    model.execute(requests_of(pb_utils, 6, first=200))  # more than a batch: decided
+
+    assert len(spy.batches) >= 3
+    assert events == [e for n in map(len, spy.batches) for e in (("launch", n), ("started", n))]
