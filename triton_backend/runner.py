@@ -38,8 +38,8 @@ from scheduler_core.request import QueuedRequest, Served
 from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .deferred import Deferred
-from .sidecar_sample import Perception
 from .executors import launch
+from .sidecar_sample import Perception
 from .stats_log import StatsLog
 from .timeout_guard import TimeoutGuard
 from .control_metrics import ControlMetrics
