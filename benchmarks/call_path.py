@@ -89,7 +89,6 @@ def measure(model, work: list[list], profile: bool, evict: np.ndarray | None = N
         spent += time.process_time() - start
     if profiler:
         profiler.disable()
-    if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
     return 1e6 * spent / sum(len(b) for b in work)
 

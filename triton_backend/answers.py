@@ -87,10 +87,14 @@ class Ticket:
         """Give this request its answer: a response, or a function that builds one (built
         where it is sent). False, and nothing done, if it was answered already."""
         with _ANSWER_LOCK:
-            if self.answered:
-                return False
-            self.answered = True
-            self.outbox.deliver(self, response)
+            return self._give(response)
+
+    def _give(self, response) -> bool:
+        """The answer's check-and-set, ``_ANSWER_LOCK`` held: False if answered already."""
+        if self.answered:
+            return False
+        self.answered = True
+        self.outbox.deliver(self, response)
         return True
 
     def answer_now(self, response) -> bool:
@@ -98,10 +102,8 @@ class Ticket:
         return (``CallList.send_now``); one atomic step, so the call's return cannot take
         the same answer too."""
         with _ANSWER_LOCK:
-            if self.answered:
+            if not self._give(response):
                 return False
-            self.answered = True
-            self.outbox.deliver(self, response)
             send_now = getattr(self.outbox, "send_now", None)
             if send_now is not None:
                 send_now(self.slot)
@@ -113,9 +115,7 @@ def answer_all(tickets: Sequence[Ticket], responses: Sequence) -> None:
     taken once for them all: a ticket answered already keeps its answer."""
     with _ANSWER_LOCK:
         for ticket, response in zip(tickets, responses):
-            if not ticket.answered:
-                ticket.answered = True
-                ticket.outbox.deliver(ticket, response)
+            ticket._give(response)
 
 
 _SENT = object()  # a slot of the call's list whose answer went early

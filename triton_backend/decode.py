@@ -146,24 +146,22 @@ def input_array(request, name: str) -> np.ndarray | None:
 
 def _arrays(request, names) -> dict:
     """``request``'s input arrays by name (None where absent), from one list of its
-    tensors (one call to the stub, not one a name)."""
-    tensors = {t.name(): t for t in request.inputs()}
-    return {name: (None if (t := tensors.get(name)) is None else t.as_numpy())
-            for name in names}
+    tensors (one call to the stub, not one a name; it runs once per request of every
+    call, so it builds no dict but the one it returns)."""
+    arrays = dict.fromkeys(names)
+    for tensor in request.inputs():
+        name = tensor.name()
+        if name in arrays:
+            arrays[name] = tensor.as_numpy()
+    return arrays
 
 
 def _embedding_inputs(request) -> tuple:
     """What ``decode_request`` reads of a request of the INPUT_IDS -> EMBEDDING contract:
-    INPUT_IDS, SLA_MS (None where absent), its parameters and its timeout (us); as
-    ``_arrays`` reads them, without its dicts (this runs once per request of every call)."""
-    input_ids = sla = None
-    for tensor in request.inputs():
-        name = tensor.name()
-        if name == "INPUT_IDS":
-            input_ids = tensor.as_numpy()
-        elif name == "SLA_MS":
-            sla = tensor.as_numpy()
-    return input_ids, sla, request_parameters(request), timeout_us(request)
+    INPUT_IDS, SLA_MS, its parameters and its timeout (us)."""
+    arrays = _arrays(request, ("INPUT_IDS", "SLA_MS"))
+    return (arrays["INPUT_IDS"], arrays["SLA_MS"], request_parameters(request),
+            timeout_us(request))
 
 
 def decode(request, contract=None):

@@ -33,6 +33,8 @@ class DecodedRequest(NamedTuple):
 
 
 def sla_value(value: Any, where: str) -> float:
+    if type(value) is float and 0.0 < value <= MAX_SLA_MS:  # the usual one, valid as it is
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise RequestError(f"{where} must be a number of milliseconds, got {short_repr(value)}")
     try:
@@ -159,10 +161,7 @@ def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
             raise RequestError(f"SLA_MS must hold one value, got shape {list(sla_input.shape)}")
         if sla_input.dtype.kind not in "fiu":
             raise RequestError(f"SLA_MS must be FP32, got {sla_input.dtype}")
-        value = sla_input.item()  # one value, whatever its shape
-        # A plain valid float (the usual FP32) as it is; anything else is checked, named
-        sla_ms = (value if type(value) is float and 0.0 < value <= MAX_SLA_MS
-                  else sla_value(value, "SLA_MS"))
+        sla_ms = sla_value(sla_input.item(), "SLA_MS")  # one value, whatever its shape
     if "sla_ms" in parameters:
         param = sla_value(parameters["sla_ms"], "parameter sla_ms")
         if sla_ms is not None and not math.isclose(param, sla_ms, rel_tol=1e-6):
