@@ -6,6 +6,7 @@ it reads the scheduler's own configuration, estimator, control loop and queue.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from .contract import Reason
@@ -66,12 +67,10 @@ class AsHandedRule:
         whichever path the call takes."""
         self.count_taken()
         n = len(batch)
-        cfg, est = self.cfg, self.estimator
-        if not n or self._queue or n > cfg.max_batch_size:
+        if not n or self._queue or n > self.cfg.max_batch_size:
             return None
         lengths = [r.seq_len for r in batch]
-        longest, real = max(lengths), sum(lengths)
-        if n * longest > cfg.max_batch_tokens:
+        if n * max(lengths) > self.cfg.max_batch_tokens:
             return None
         first_deadline = min(r.deadline_s for r in batch)
         # ``schedule`` ticks after ``submit`` registered the SLAs, so a perception on that
@@ -79,10 +78,63 @@ class AsHandedRule:
         # registered before this tick too. Only the smallest can set it; one infeasible
         # even alone is declined below anyway.
         tightest = min(batch, key=lambda r: r.sla_ms)
-        k = tightest.seq_len
-        self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, k))
+        self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
+        batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms)
+        if batch_ms is not None:  # every member ends in time: the smallest SLA a feasible one
+            self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
+        return batch_ms
+
+    def launches_as_handed(self, now_s: float, lengths: Sequence[int],
+                           arrival_s: float) -> float | None:
+        """``takes_as_handed`` before the hand-over's SLAs are read (intake hold's launch
+        first: the batch starts before its bookkeeping, which runs beside the device): the
+        hand-over's lengths, all arrived at ``arrival_s``. A number (the batch's estimate,
+        ms): launch it, then report it with its SLAs (``took_as_handed``); None: nothing
+        changed, the caller decodes the call whole and asks ``takes_as_handed``.
+
+        Its members' SLAs are taken as the floor (``Controller.sla_floor_ms``, the
+        smallest any request noted so far had; none yet: it declines), its tightest as
+        the smaller of the floor and the last perception's, and the control state as the
+        last tick left it: the tick runs in ``took_as_handed``, so a zone change is acted
+        on from the next call. So wherever it takes, ``takes_as_handed`` on the same state
+        with no period due takes the same batch, with the same estimate, for any SLAs at
+        or above the floor. A member whose SLA is below it (the first of its kind) has
+        run: ``took_as_handed`` notes it, and the floor follows."""
+        self.count_taken()
+        n, floor = len(lengths), self.controller.sla_floor_ms
+        if not n or floor == math.inf or self._queue or n > self.cfg.max_batch_size:
+            return None
+        tightest = self.controller.state.tightest_sla_ms
+        return self._whole_ms(now_s, lengths, arrival_s + floor / 1000.0,
+                              min(tightest, floor) if tightest else floor)
+
+    def took_as_handed(self, now_s: float, batch: Sequence[QueuedRequest], batch_ms: float,
+                       mode, noted_sla_ms: float = math.inf) -> None:
+        """The hand-over ``launches_as_handed`` took at ``now_s`` (``batch_ms``, in
+        ``mode``), its SLAs read: ``batch``, the members the caller serves (those it
+        refused at once have left; ``noted_sla_ms``: the smallest SLA among them, for the
+        floor). Noted and ticked as ``takes_as_handed`` notes and ticks a hand-over before
+        it decides, and counted as it counts one once it starts (``count_taken``)."""
+        loop = self.controller
+        loop.note_sla(noted_sla_ms, math.inf)  # the floor only: these have left
+        if not batch:
+            return
+        tightest = min(batch, key=lambda r: r.sla_ms)
+        loop.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
+        loop.tick(now_s, _HandedOver(len(batch), min(r.deadline_s for r in batch)))
+        self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
+
+    def _whole_ms(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
+                  tightest_sla_ms: float | None) -> float | None:
+        """The hand-over's estimate (ms) where the control state as it is forms it whole,
+        every member in time by ``first_deadline_s`` (``takes_as_handed``'s conditions
+        after the first); None where not."""
+        cfg, est, state = self.cfg, self.estimator, self.controller.state
+        n, longest, real = len(lengths), max(lengths), sum(lengths)
+        if n * longest > cfg.max_batch_tokens:
+            return None
         former = self.formers[state.mode].name
         if (former not in ("fifo", "length_aware") or state.compensation_size > 0
                 or self.overloaded):
@@ -90,17 +142,15 @@ class AsHandedRule:
         squared = sum(k * k for k in lengths)
         batch_ms = est.estimate_parts_ms(n, longest, real, squared)
         margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
-        if now_s + batch_ms / 1000.0 > first_deadline - margin_s:
+        if now_s + batch_ms / 1000.0 > first_deadline_s - margin_s:
             return None
         if former != "fifo":
-            if state.tightest_sla_ms and batch_ms > (
-                    (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms):
+            if tightest_sla_ms and batch_ms > (
+                    (1.0 - self.control.reserved_capacity) * 0.5 * tightest_sla_ms):
                 return None
             if est.cost_mode == "padded" and not self._no_split_pays(
                     lengths, n, longest, real, squared):
                 return None
-        # Every member ends in time in the batch: the smallest SLA is a feasible one.
-        self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
         return batch_ms
 
     def count_taken(self) -> None:

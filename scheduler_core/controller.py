@@ -113,6 +113,9 @@ class Controller:
         self._last_arrival_s = -math.inf
         self._tightest_sla_ms: float | None = None
         self._period_min_sla_ms = math.inf
+        # The smallest SLA any request noted here has had (inf: none yet); a floor under
+        # every later one but a smaller first (``Scheduler.launches_as_handed``).
+        self.sla_floor_ms = math.inf
         self._avg_batch_size = 1.0
         self._compensation_size = 0
         self._last_compensation_s = -math.inf
@@ -138,6 +141,8 @@ class Controller:
         """An arriving request's SLA for the period's tightest feasible SLA (what the next
         perception makes ``tightest_sla_ms``), as ``on_arrival`` counts it, without
         counting an arrival."""
+        if sla_ms < self.sla_floor_ms:
+            self.sla_floor_ms = sla_ms
         if alone_ms <= sla_ms < self._period_min_sla_ms:
             self._period_min_sla_ms = sla_ms
 

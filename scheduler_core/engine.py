@@ -128,7 +128,33 @@ class Engine:
         if takes is None or not batch:
             return None
         self.perceive(sample)
-        estimated_ms = takes(now_s, batch)
+        return self._as_handed(batch, takes(now_s, batch))
+
+    def launches(self, now_s: float, lengths: Sequence[int], arrival_s: float
+                 ) -> float | None:
+        """``take_whole`` before the hand-over's SLAs are read, from its ``lengths`` (all
+        arrived at ``arrival_s``; ``Scheduler.launches_as_handed``): the batch's estimate
+        (ms) where the caller launches it at once, then has its step (``launched_step``)
+        and reports it with the members' SLAs (``took_whole``) before it is reported
+        started; None: nothing changed. A policy without that rule launches none."""
+        rule = getattr(self.policy, "launches_as_handed", None)
+        return None if rule is None or not lengths else rule(now_s, lengths, arrival_s)
+
+    def launched_step(self, batch: Sequence[QueuedRequest], estimated_ms: float) -> Step:
+        """The step for what ``launches`` launched (``batch``: its members, their SLAs not
+        read yet), to bracket like any other."""
+        return self._as_handed(batch, estimated_ms)
+
+    def took_whole(self, step: Step, batch: Sequence[QueuedRequest], now_s: float,
+                   noted_sla_ms: float) -> None:
+        """``launched_step``'s ``step``, decided at ``now_s`` and launched: ``batch``, its
+        members with their SLAs (those refused at once have left; ``noted_sla_ms``, the
+        smallest SLA among them)."""
+        self.policy.took_as_handed(now_s, batch, step.estimated_ms, step.decision.mode,
+                                   noted_sla_ms)
+
+    def _as_handed(self, batch: Sequence[QueuedRequest], estimated_ms: float | None
+                   ) -> Step | None:
         if estimated_ms is None:
             return None
         state = self.policy.controller.state

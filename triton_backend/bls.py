@@ -5,7 +5,7 @@ Each inner call carries a Triton timeout derived from its batch's deadlines
 (``call_timeout_s``). Triton enforces a request's timeout only while it waits in the inner
 model's queue, and only where that model's queue policy has ``allow_timeout_override``
 (docs/reliability.md); a call that hangs inside the inner model is the watchdog's
-(``runner.Runner.check_hung``)."""
+(``watchdog.Watchdog``)."""
 
 from __future__ import annotations
 

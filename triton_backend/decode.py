@@ -23,7 +23,8 @@ from scheduler_core.request import QueuedRequest
 
 from .answers import Ticket
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
-from .request_decoding import RequestError, decode_request, decode_requests
+from .request_decoding import (RequestError, decode_request, decode_requests, in_range,
+                               sequence_of)
 from .tensor_contract import decode_generic
 
 
@@ -41,6 +42,7 @@ class DecodedCall:
     invalid: list[tuple[Ticket, str]] = field(default_factory=list)
     failed: list[tuple[Ticket, str]] = field(default_factory=list)  # decode raised (INTERNAL)
     expired: list[tuple[Ticket, str]] = field(default_factory=list)
+    expired_sla_ms: float = math.inf  # the smallest SLA among ``expired``
     wakes: int = 0
 
     @property
@@ -50,14 +52,16 @@ class DecodedCall:
 
 def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival_s: float,
                 now_s: float, default_sla_ms: float, ids: itertools.count,
-                is_wake: Callable | None = None, fault_token: int = 0) -> DecodedCall:
+                is_wake: Callable | None = None, fault_token: int = 0,
+                read: Sequence[dict] | None = None) -> DecodedCall:
     """Decode a call's ``requests`` (``tickets[i]`` is request i's, its outbox chosen by the
     driver), all arrived at ``arrival_s``. A request's deadline is its SLA (the profile's
     ``default_sla_ms`` if it gives none), or its client ``timeout`` if that is shorter
     (``request_decoding.decode_sla``); one whose timeout already passed at ``now_s``
     ends now. The call is decoded at once (``decode_all``: one token-range check).
     ``fault_token`` (a test hook, 0 = off): decoding a request holding this token id
-    raises, as a bug or a broken input would."""
+    raises, as a bug or a broken input would. ``read``: the call's input arrays as
+    ``read_launchable`` read them (then every request is one to decode, in range)."""
     call = DecodedCall()
     slots = []  # the requests to decode: all but the waker's
     for i, request in enumerate(requests):
@@ -68,7 +72,7 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
             slots.append(i)
     waited_s = now_s - arrival_s
     try:
-        decoded_all = decode_all([requests[i] for i in slots], contract)
+        decoded_all = decode_all([requests[i] for i in slots], contract, read)
         if fault_token:  # the test hook, off in service: no pass over the call then
             decoded_all = [_injected(d, fault_token) for d in decoded_all]
     except Exception:  # one request broke the call's decode: each alone, so it fails alone
@@ -83,6 +87,8 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
             continue
         timeout_ms = decoded.timeout_ms
         if timeout_ms and waited_s >= timeout_ms / 1000.0:
+            if decoded.sla_ms is not None:  # its deadline, for the SLA floor
+                call.expired_sla_ms = min(call.expired_sla_ms, decoded.sla_ms)
             call.expired.append((ticket, (
                 f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
                 f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
@@ -139,6 +145,10 @@ def timeout_us(request) -> int:
         return 0
 
 
+INPUT_IDS, SLA_MS = "INPUT_IDS", "SLA_MS"
+_EMBEDDING_INPUTS = (INPUT_IDS, SLA_MS)  # what a request of that contract may carry
+
+
 def input_array(request, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
@@ -159,8 +169,8 @@ def _arrays(request, names) -> dict:
 def _embedding_inputs(request) -> tuple:
     """What ``decode_request`` reads of a request of the INPUT_IDS -> EMBEDDING contract:
     INPUT_IDS, SLA_MS, its parameters and its timeout (us)."""
-    arrays = _arrays(request, ("INPUT_IDS", "SLA_MS"))
-    return (arrays["INPUT_IDS"], arrays["SLA_MS"], request_parameters(request),
+    arrays = _arrays(request, _EMBEDDING_INPUTS)
+    return (arrays[INPUT_IDS], arrays[SLA_MS], request_parameters(request),
             timeout_us(request))
 
 
@@ -177,11 +187,12 @@ def decode(request, contract=None):
                           MINILM_VOCAB_SIZE, timeout)
 
 
-def decode_all(requests, contract=None) -> list:
+def decode_all(requests, contract=None, read: Sequence[dict] | None = None) -> list:
     """``decode`` for each of a call's requests, in order: the decoded request, or the
     ``RequestError`` naming its problem (a bad request fails alone). For the INPUT_IDS ->
     EMBEDDING contract the token ids are range-checked once for the whole call
-    (``request_decoding.decode_requests``)."""
+    (``request_decoding.decode_requests``); ``read``: its arrays, read and range-checked
+    already (``read_launchable``)."""
     if contract is not None:
         out = []
         for request in requests:
@@ -190,8 +201,31 @@ def decode_all(requests, contract=None) -> list:
             except RequestError as exc:
                 out.append(exc)
         return out
+    if read is not None:
+        return decode_requests([(a[INPUT_IDS], a[SLA_MS], request_parameters(r), timeout_us(r))
+                                for r, a in zip(requests, read)],
+                               MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, range_checked=True)
     return decode_requests([_embedding_inputs(r) for r in requests], MINILM_MAX_SEQ_LEN,
                            MINILM_VOCAB_SIZE)
+
+
+def read_launchable(requests) -> tuple[list[dict], list[np.ndarray]] | None:
+    """Intake hold's launch first, for the INPUT_IDS -> EMBEDDING contract: each request's
+    input arrays (``_arrays``: INPUT_IDS, SLA_MS) and its token sequence, checked as
+    ``decode_request`` checks it (the range once for the call), where every request's is
+    valid; None where one is not, or cannot be read (the call is then decoded whole first,
+    which names the problem). Nothing else of a request is read: its SLA, parameters and timeout are
+    decoded later (``decode_call`` with ``read``), beside the device."""
+    read, sequences = [], []
+    try:
+        for request in requests:
+            arrays = _arrays(request, _EMBEDDING_INPUTS)
+            sequences.append(sequence_of(arrays[INPUT_IDS], MINILM_MAX_SEQ_LEN,
+                                         MINILM_VOCAB_SIZE, token_range=False))
+            read.append(arrays)
+    except Exception:  # an input error, or a request that breaks reading: named there
+        return None
+    return (read, sequences) if sequences and in_range(sequences, MINILM_VOCAB_SIZE) else None
 
 
 def placeholder_inputs(config: dict) -> list:

@@ -9,7 +9,7 @@ Neither imports Triton.
 
 An executor's ``run(items, timeout_s)`` runs one batch. ``timeout_s`` is the batch's call
 timeout (``bls.call_timeout_s``), which only a call out of this process (BLS) can carry; the
-executors here run in the stub, bounded by the watchdog (``runner.Runner.check_hung``).
+executors here run in the stub, bounded by the watchdog (``watchdog.Watchdog``).
 
 ``launch(executor, items, timeout_s)`` starts one batch and returns its flight: the caller
 does other host work while the device runs it, then ``flight.result()`` waits for the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -128,6 +128,30 @@ class EmulatedFlight:
             self.waited = True
             time.sleep(remaining)
         return self.outputs
+
+
+class FailedLaunch:
+    """A launch that raised, kept for its batch's members, known only later: ``result``
+    raises it again (they are answered as a failed batch's)."""
+
+    __slots__ = ("error",)
+    waited = False
+    device_s = 0.0
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def result(self):
+        raise self.error
+
+
+class Launched(NamedTuple):
+    """A batch launched before its members were built (``runner.Runner.launch_first``):
+    its flight, when it was launched (the caller's clock) and its estimate (ms)."""
+
+    flight: object
+    launched_s: float
+    estimated_ms: float
 
 
 def launch(executor, items: Sequence, timeout_s: float = 0.0):

@@ -5,6 +5,11 @@
 A call that is one batch the scheduler would form whole anyway runs as Triton handed it
 over, with no decision (``Scheduler.takes_as_handed``; outside explicit control that is the
 design's flow chart: batch conventionally); any other is submitted and decided as above.
+Where the engine can tell that from the call's lengths alone (``launches_as_handed``: its
+SLAs taken as the smallest any request has had, the control state as the last tick left
+it), the batch is launched first, once its token sequences are read and checked, and the
+rest of the call is decoded, admitted and counted beside the device (``Runner.launch_first``):
+the device does not wait for the call's bookkeeping.
 
 ``HoldDriver.execute(requests)`` is the whole call. It keeps every request Triton's until
 answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
@@ -28,6 +33,10 @@ Invariants:
   returned carries requests that queued in Triton during that call (Triton 24.10 tells a
   Python model nothing of when); for admission they count from the previous call's start,
   so the refusal rule never thinks a request younger than it is;
+* a call launched first ends each request as a decoded call would (an invalid SLA, a
+  passed timeout: refused, the batch's result for it dropped); one whose SLA is below
+  every earlier one (the first of its kind) is served by the batch it is in, and
+  lowers the floor for the next calls;
 * a request whose client ``timeout`` has already passed at hand-over is refused at once,
   naming it (Triton's queue enforces timeouts only under a queue policy, which would turn
   its prefetch off); one handed over in time has the shorter of its SLA and its
@@ -52,8 +61,10 @@ from scheduler_core.engine import AS_HANDED
 from scheduler_core.request import QueuedRequest
 
 from .answers import CallList, Ticket
-from .decode import decode_call
+from .decode import DecodedCall, decode_call, read_launchable
+from .executors import Launched
 from .intake import HoldIntake
+from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 from .runner import Runner
 from .timeline import CallRecord, Timeline
 from .waker import is_wake_request
@@ -100,6 +111,12 @@ class HoldDriver:
         self._default_sla_ms = default_sla_ms
         self._is_wake = is_wake_request if waker is not None else None
         self._decode_fault_token = decode_fault_token  # a test hook, 0 = off
+        # Launch first (``Runner.launch_first``): the INPUT_IDS -> EMBEDDING contract on an
+        # executor whose launch returns while the device runs (else nothing runs beside
+        # it), with no wake requests to sort out and no test hook to fire while decoding.
+        self._launches_first = (runner.contract is None and waker is None
+                                and not decode_fault_token
+                                and getattr(runner.executor, "launch", None) is not None)
         self._clock = clock
         self.timeline = timeline
         self._ids = itertools.count(1)
@@ -115,27 +132,35 @@ class HoldDriver:
         if self.waker is not None:
             self.waker.call_started()
         now = self._clock()
-        record = self.timeline.begin(now, len(requests))
         arrival, handed_over = self.intake.admission_arrival(now, len(requests))
+        earliest = self.intake.earliest_arrival(now)
+        # Launch first: the call's token sequences read and checked, and nothing else,
+        # before the device starts (``Runner.launch_first``); the rest runs beside it. Not
+        # a call old enough to ask whether its clients cancelled (asked before it runs).
+        read = (read_launchable(requests) if self._launches_first and
+                now - min(arrival, earliest) < CANCEL_CHECK_MIN_WAIT_S else None)
+        read_s = self._clock()
+        launched = runner.launch_first(read[1], now, arrival) if read is not None else None
+        record = self.timeline.begin(now, len(requests))
         record.arrival_s, record.handed_over = arrival, handed_over
         answers = CallList(requests)
-        earliest = self.intake.earliest_arrival(now)
         tickets = [Ticket(r, answers, slot=i, earliest_s=earliest)
                    for i, r in enumerate(requests)]
-        call = decode_call(requests, runner.contract, tickets, arrival, self._clock(),
-                           self._default_sla_ms, self._ids, self._is_wake,
-                           self._decode_fault_token)
-        record.decoded_s = self._clock()
-        runner.answers.refuse_each(call.invalid, "invalid_input")
-        runner.answers.refuse_each(call.failed, "decode_failed")
-        if call.expired:
-            runner.answers.refuse_each(call.expired, "timed_out")
-            with runner.cond:  # late, for the scheduler's late share
-                runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
-                                                   len(call.queued))
+        whole = call = None
+        if launched is not None:
+            record.decoded_s, record.launched_first = read_s, True
+            whole, call = self._run_launched(requests, tickets, read[0], read[1], arrival, now,
+                                             launched)
+        else:
+            call = decode_call(requests, runner.contract, tickets, arrival, self._clock(),
+                               self._default_sla_ms, self._ids, self._is_wake,
+                               self._decode_fault_token, read[0] if read else None)
+            record.decoded_s = self._clock()
+            self._end_at_once(call)
+            if call.queued:
+                whole = runner.take_whole(call.queued)
+        call = call or DecodedCall()  # None: its step failed before it decoded
         queued = call.queued
-        runner.timeouts.watch(call.timed)
-        whole = runner.take_whole(queued) if queued else None
         if whole is not None:  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),
                          whole.step.estimated_ms, AS_HANDED, whole.executor_s)
@@ -154,6 +179,41 @@ class HoldDriver:
         if self.waker is not None:
             self.waker.call_returned(self._clock(), answered_real=call.wakes < len(requests))
         return returned
+
+    def _run_launched(self, requests: Sequence, tickets: list[Ticket], read: list[dict],
+                      sequences: list, arrival: float, now: float, launched: Launched):
+        """The call launched first (``launched``, its ``sequences``), beside the device:
+        its members, then the rest decoded (``decode_call`` with ``read``) and ended as a
+        decoded call's would (``_end_at_once``; the batch's answers to those keep theirs),
+        then the batch run on as any (``Runner.run_launched``). Returns what ran and the
+        decoded call (None if the step failed before it decoded)."""
+        for ticket, sequence in zip(tickets, sequences):
+            ticket.input_ids = sequence
+        members = [QueuedRequest(next(self._ids), len(s), arrival, math.inf, t)
+                   for t, s in zip(tickets, sequences)]  # SLAs not read yet
+        decoded: list[DecodedCall] = []
+
+        def complete() -> tuple[list[QueuedRequest], float]:
+            call = decode_call(requests, None, tickets, arrival, self._clock(),
+                               self._default_sla_ms, self._ids, read=read)
+            decoded.append(call)
+            self._end_at_once(call)
+            return call.queued, call.expired_sla_ms
+
+        ran = self.runner.run_launched(members, now, launched, complete)
+        return ran, (decoded[0] if decoded else None)
+
+    def _end_at_once(self, call: DecodedCall) -> None:
+        """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""
+        runner = self.runner
+        runner.answers.refuse_each(call.invalid, "invalid_input")
+        runner.answers.refuse_each(call.failed, "decode_failed")
+        if call.expired:
+            runner.answers.refuse_each(call.expired, "timed_out")
+            with runner.cond:  # late, for the scheduler's late share
+                runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
+                                                   len(call.queued))
+        runner.timeouts.watch(call.timed)
 
     def stop(self, timeout_s: float) -> None:
         """Unload: nothing to wait for (every call answered its own requests)."""

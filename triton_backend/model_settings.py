@@ -101,7 +101,7 @@ class ModelSettings:
     sequence_input: str = ""  # tensor contract: the variable-length input ("" = INPUT_IDS)
     pad_value: float = 0.0
     max_sequence_length: int = 512
-    # The watchdog (runner.Runner.check_hung): a batch running longer than this, or than
+    # The watchdog (watchdog.Watchdog): a batch running longer than this, or than
     # BATCH_TIMEOUT_FACTOR x its estimate if that is longer, fails its requests INTERNAL.
     batch_timeout_floor_ms: int = 5000
     # Test hooks, off (0) unless configured: a request holding this token id fails the

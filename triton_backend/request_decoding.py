@@ -103,6 +103,14 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
     set, not a typo, and an answer after it reaches nobody). ``token_range`` False leaves
     the token ids' range to the caller (``decode_requests``).
     """
+    return DecodedRequest(sequence_of(input_ids, max_seq_len, vocab_size, token_range),
+                          decode_sla(sla_input, parameters, timeout_us), timeout_us / 1000.0)
+
+
+def sequence_of(input_ids: np.ndarray | None, max_seq_len: int, vocab_size: int,
+                token_range: bool = True) -> np.ndarray:
+    """A request's INPUT_IDS tensor ([1, L] or [L]) as its validated 1-D token sequence
+    (``check_sequence``); raises ``RequestError`` naming the problem."""
     if input_ids is None:
         raise RequestError("missing required input INPUT_IDS")
     if input_ids.ndim == 2:
@@ -115,19 +123,19 @@ def decode_request(input_ids: np.ndarray | None, sla_input: np.ndarray | None,
     else:
         raise RequestError(f"INPUT_IDS must have shape [1, L], got shape {list(input_ids.shape)}")
     check_sequence(ids, max_seq_len, vocab_size, token_range=token_range)
-
-    return DecodedRequest(np.ascontiguousarray(ids, dtype=np.int64),
-                          decode_sla(sla_input, parameters, timeout_us), timeout_us / 1000.0)
+    return np.ascontiguousarray(ids, dtype=np.int64)
 
 
 def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
                                            Mapping[str, Any], int]],
-                    max_seq_len: int, vocab_size: int) -> list[DecodedRequest | RequestError]:
+                    max_seq_len: int, vocab_size: int,
+                    range_checked: bool = False) -> list[DecodedRequest | RequestError]:
     """``decode_request`` for each of a call's requests (``inputs``: INPUT_IDS, SLA_MS,
     parameters, timeout in us), in order: the decoded request, or the ``RequestError``
     naming its problem. The token ids' range is checked once over the whole call (two
     reductions instead of two per request); only where that fails is each request looked
-    at alone, so the bad one is named and fails alone."""
+    at alone, so the bad one is named and fails alone. ``range_checked``: the caller
+    checked every request's range already (``in_range``)."""
     out: list[DecodedRequest | RequestError] = []
     for input_ids, sla_input, parameters, timeout in inputs:
         try:
@@ -136,10 +144,7 @@ def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
         except RequestError as exc:
             out.append(exc)
     sequences = [d.input_ids for d in out if isinstance(d, DecodedRequest)]
-    if not sequences:
-        return out
-    ids = np.concatenate(sequences) if len(sequences) > 1 else sequences[0]
-    if int(ids.min()) >= 1 and int(ids.max()) < vocab_size:
+    if range_checked or not sequences or in_range(sequences, vocab_size):
         return out
     for i, d in enumerate(out):
         if isinstance(d, DecodedRequest):
@@ -148,6 +153,13 @@ def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
             except RequestError as exc:
                 out[i] = exc
     return out
+
+
+def in_range(sequences: Sequence[np.ndarray], vocab_size: int) -> bool:
+    """Whether every token id of ``sequences`` (one or more) is a valid id, 1..vocab_size-1:
+    two reductions over the call, not two a request."""
+    ids = np.concatenate(sequences) if len(sequences) > 1 else sequences[0]
+    return int(ids.min()) >= 1 and int(ids.max()) < vocab_size
 
 
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],

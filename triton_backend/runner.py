@@ -38,29 +38,18 @@ from scheduler_core.request import QueuedRequest, Served
 from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .deferred import Deferred
-from .executors import launch
+from .executors import Launched, launch
+from .launch_first import LaunchFirst
 from .sidecar_sample import Perception
 from .stats_log import StatsLog
 from .timeout_guard import TimeoutGuard
+from .watchdog import Watchdog
 from .control_metrics import ControlMetrics
 from .metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S,
                              SIDECAR_DISABLED)
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 
-# The watchdog's bound on a batch: this many times its estimate, and at least the floor
-# (parameter batch_timeout_floor_ms): an estimate is never exact, a hang is far past it.
-BATCH_TIMEOUT_FACTOR = 10.0
 WhileRunning = Callable[[float, float], None]  # host work beside a batch: (start, estimate ms)
-
-
-class _Running:
-    """The batch on the executor now, as the watchdog reads it."""
-
-    __slots__ = ("batch", "started_s", "bound_s", "estimated_ms", "hung")
-
-    def __init__(self, batch, started_s: float, bound_s: float, estimated_ms: float):
-        self.batch, self.started_s, self.bound_s = batch, started_s, bound_s
-        self.estimated_ms, self.hung = estimated_ms, False
 
 
 @dataclass(frozen=True)
@@ -78,7 +67,7 @@ class Ran:
     executor_s: float = 0.0
 
 
-class Runner:
+class Runner(LaunchFirst):
     """Carries out one model's engine steps (see the module docstring)."""
 
     def __init__(self, model_name: str, engine: Engine, cond: threading.Condition,
@@ -107,11 +96,11 @@ class Runner:
         self.log = StatsLog(model_name, self.scheduler)
         self._last_flush = self._last_histograms = 0.0
         self._flush_lock = threading.Lock()  # one metrics flush at a time
-        self.batch_timeout_floor_s = batch_timeout_floor_s
-        self._running: _Running | None = None  # the batch on the executor (the watchdog's)
+        self.watchdog = Watchdog(model_name, answers, metrics, batch_timeout_floor_s)
         self._began = False  # the engine heard the running step's batch started (_start)
+        self._fed: Sequence[QueuedRequest] = ()  # what the engine hears the batch ran
+        self._ended_s: float | None = None  # the last batch's end, not heard yet
         self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
-        self.hung_batches = 0
         self.timeouts = TimeoutGuard(answers, model_name, clock)
         self.deferred = Deferred(self.step_failed)  # finished batches' bookkeeping
 
@@ -153,6 +142,7 @@ class Runner:
         with self.cond:
             now = self._clock()
             sample, health = self.step_perception.read(now)
+            self._hear_ended()
             step = self.engine.step(now, flush, sample)
             arrivals_seen = self.arrivals
             backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
@@ -182,6 +172,7 @@ class Runner:
         with self.cond:
             now = self._clock()
             sample, health = self.step_perception.read(now)
+            self._hear_ended()
             step = None if self.stopping else self.engine.take_whole(batch, now, sample)
             if step is None:
                 return None
@@ -191,20 +182,27 @@ class Runner:
         started = self._run(step, now)
         return Ran(now, step, self.arrivals, started, health, self.executor_s)
 
-    def _run(self, step: Step, now: float, while_running: WhileRunning | None = None) -> float:
+    def _run(self, step: Step, now: float, while_running: WhileRunning | None = None,
+             complete: Callable[[], list[QueuedRequest]] | None = None,
+             launched: Launched | None = None) -> float:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when
-        it started. An exception is counted and logged (``step_failed``), not raised."""
+        it started. An exception is counted and logged (``step_failed``), not raised.
+        ``complete`` and ``launched`` (``run_launched``): the batch launched already, and
+        right after the launch, the members the engine hears ran."""
         batch: Sequence[QueuedRequest] = step.batch
-        started, finished, self._began = now, False, False
+        started, finished, self._began, self._fed = now, False, False, batch
         self.executor_s = 0.0
         try:
-            batch = self._drop_cancelled(batch, now)
-            started = self._clock()
+            kept = self._drop_cancelled(batch, now)
+            batch = kept if launched is None else batch  # launched: answered in its order
+            started = self._clock() if launched is None else launched.launched_s
             if self._loop_fault_token and any(
                     self._loop_fault_token in r.handle.input_ids for r in batch):
-                self._start(batch, started)
+                self._fed = complete() if complete is not None else batch
+                self._start(self._fed, started)
                 raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
-            self._run_batch(batch, started, step.former, step.estimated_ms, while_running)
+            self._run_batch(batch, started, step.former, step.estimated_ms, while_running,
+                            complete, launched)
             finished = True
         except Exception:  # its members are answered below (INTERNAL); the driver goes on
             self.step_failed()
@@ -214,13 +212,22 @@ class Runner:
                 self.refuse(unanswered, "step_failed",
                             "scheduler loop failed while handling this request")
             if self._began and not finished:  # the batch never finished normally
-                self._finished(batch, started, ok=False)
+                self._finished(self._fed, started, ok=False)
         return started
+
+    def _hear_ended(self) -> None:
+        """(``cond`` held) The last batch's end to the engine (``Engine.ended``) before
+        anything decides, starts a batch or reads the figures, not at the batch's end: the
+        device does not wait for it (a launch first reads none of it)."""
+        if self._ended_s is not None:
+            self.engine.ended(self._ended_s)
+            self._ended_s = None
 
     def _start(self, batch: Sequence[QueuedRequest], started: float) -> None:
         """The engine hears ``batch`` started at ``started``, once it is on the device
         (or failed to get there): its bookkeeping runs beside the device, not before it."""
         with self.cond:
+            self._hear_ended()
             self.engine.started(batch, started)
         self._began = True
 
@@ -272,38 +279,48 @@ class Runner:
 
     # -- running a batch --------------------------------------------------------------
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str,
-                   estimated_ms: float = 0.0, while_running: WhileRunning | None = None
-                   ) -> None:
+                   estimated_ms: float = 0.0, while_running: WhileRunning | None = None,
+                   complete: Callable[[], list[QueuedRequest]] | None = None,
+                   launched: Launched | None = None) -> None:
+        """``batch`` on the executor, answered; the engine hears ``_fed`` ran: the batch,
+        or with ``complete`` what it returns after the launch (the answers still go by
+        ``batch``: a member it answered keeps that answer)."""
+        self._fed = batch
         if not batch:  # every member was cancelled
-            self._start(batch, started)
-            self._finished(batch, started, ok=False)
+            if complete is not None:
+                self._fed = complete()
+            self._start(self._fed, started)
+            self._finished(self._fed, started, ok=False)
             return
         succeeded = False
-        running = self._running = _Running(
-            tuple(batch), started,
-            max(self.batch_timeout_floor_s, BATCH_TIMEOUT_FACTOR * estimated_ms / 1000.0),
-            estimated_ms)
+        running = self.watchdog.watch(batch, started, estimated_ms)
         try:
             try:
-                timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
-                                           estimated_ms, running.bound_s)
-                launched = self._clock()
-                flight = self._launch_executor(batch, timeout_s)
+                if launched is None:
+                    timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
+                                               estimated_ms, running.bound_s)
+                    launched_s = self._clock()
+                    flight = self._launch_executor(batch, timeout_s)
+                else:
+                    launched_s, flight = launched.launched_s, launched.flight
             finally:  # on the device, or it failed to get there
-                self._start(batch, started)
+                if complete is not None:
+                    self._fed = complete()
+                self._start(self._fed, started)
             # The device runs the batch: the host does what can wait for it meanwhile.
             self.deferred.run_all()
             if while_running is not None:
                 self.deferred.guarded(while_running, started, estimated_ms)
-            builders = self._builders(flight.result())
+            out = flight.result()
+            builders = self._builders(out)
             # Waited: it ran until the wait returned (as native's run is timed); else its span.
-            self.executor_s = self._clock() - launched if flight.waited else flight.device_s
+            self.executor_s = self._clock() - launched_s if flight.waited else flight.device_s
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
             self.refuse(batch, "batch_failed", f"inference failed: {exc}")
         finally:
-            self._running = None
+            self.watchdog.clear()
         if running.hung:  # the watchdog answered its requests; the late results are dropped
             pb_utils.Logger.log_warn(
                 f"{self.model_name}: the batch the watchdog failed returned after "
@@ -311,16 +328,15 @@ class Runner:
             succeeded = False
         elif succeeded:
             answer_all([r.handle for r in batch], builders)
-            done = self._clock()  # handed to the responder, or returned with the call
-            with self.cond:
-                self.engine.ended(done)
-            self.deferred.add(functools.partial(self._observe, Served.of(batch), former,
+            # Handed to the responder, or returned with the call; heard at the next entry.
+            done = self._ended_s = self._clock()
+            self.deferred.add(functools.partial(self._observe, Served.of(self._fed), former,
                                                 started, done))
             return
         else:
             self.metrics.on_event("batch_failures_total")
-        self.metrics.on_batch([r.seq_len for r in batch], former)
-        self._finished(batch, started, succeeded)
+        self.metrics.on_batch([r.seq_len for r in self._fed], former)
+        self._finished(self._fed, started, succeeded)
 
     def _observe(self, served: Served, former: str, started: float, done: float) -> None:
         """A batch that succeeded, its deferred bookkeeping: metrics, the engine's feedback."""
@@ -330,31 +346,16 @@ class Runner:
             self.engine.observed(served, started, done, True)
 
     def check_hung(self, now: float) -> int:
-        """The watchdog: a batch on the executor past its bound has its unanswered
-        requests answered INTERNAL, sent at once (its call cannot return them), and counts
-        once in hung_batches_total. New work waits in Triton's queue until the executor
-        returns (the liveness probe, server_ops/probe.py, restarts a pod whose never does).
-        Returns how many requests it answered."""
-        running = self._running
-        if running is None or running.hung or now - running.started_s < running.bound_s:
-            return 0
-        running.hung = True
-        self.hung_batches += 1
-        self.metrics.on_event("hung_batches_total")
-        bound_ms = running.bound_s * 1000.0
-        pb_utils.Logger.log_error(
-            f"{self.model_name}: a batch of {len(running.batch)} has run "
-            f"{(now - running.started_s) * 1000.0:.0f} ms, past the watchdog's bound of "
-            f"{bound_ms:.0f} ms (estimate {running.estimated_ms:.1f} ms): its requests are "
-            "answered INTERNAL; the model serves again once the executor returns")
-        return self.answers.fail_now(
-            [r.handle for r in running.batch], "batch_hung",
-            f"batch ran past the watchdog's bound of {bound_ms:.0f} ms (its estimate "
-            f"{running.estimated_ms:.1f} ms x {BATCH_TIMEOUT_FACTOR:g}, at least "
-            "batch_timeout_floor_ms): the executor has not returned")
+        """The watchdog's check (``Watchdog.check``): how many requests it answered."""
+        return self.watchdog.check(now)
+
+    @property
+    def hung_batches(self) -> int:
+        return self.watchdog.hung_batches
 
     def _finished(self, batch: Sequence[QueuedRequest], started: float, ok: bool) -> None:
         with self.cond:
+            self._hear_ended()
             self.engine.finished(batch, started, self._clock(), ok)
 
     def _launch_executor(self, batch: Sequence[QueuedRequest], timeout_s: float):
@@ -384,6 +385,7 @@ class Runner:
             if histograms:
                 self._last_histograms = now
             with self.cond:
+                self._hear_ended()
                 stats = self.scheduler.stats(now)
             self.metrics.flush(stats, sidecar_health, histograms)
         finally:

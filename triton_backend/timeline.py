@@ -32,6 +32,7 @@ class CallRecord:
     arrival_s: float = 0.0  # the arrival date given to the call's requests
     handed_over: bool = False  # they queued in Triton during the previous call
     decoded_s: float = 0.0
+    launched_first: bool = False  # its batch launched before its SLAs were read
     # per batch: (size, refused, started, ended, estimated_ms, former, executor_s); the
     # span from started to ended holds the decision and the bookkeeping around the run,
     # executor_s the executor's own run (the device's share; 0 where none ran)

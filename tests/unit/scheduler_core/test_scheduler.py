@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -627,6 +628,45 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     assert estimate == pytest.approx(decision.estimated_ms)
     assert taker.controller.arrivals.rate_rps(now) == arrivals + len(batch) / taker.controller.arrivals.window_s
     assert taker.late_share == decider.late_share
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["t4", "a100", "h200_minilm", "flat"]),
+       cost_mode=st.sampled_from(["padded", "ragged"]), control=st.sampled_from(list(_CONTROLS)),
+       history=st.lists(hand_over, max_size=6), call=hand_over,
+       slowdown=st.sampled_from([0.5, 1.0, 3.0]))
+def test_a_hand_over_launched_first_is_one_takes_as_handed_takes_whole(
+        name, cost_mode, control, history, call, slowdown):
+    """Twins in the same state, with no period due (both just ticked): wherever one
+    launches a hand-over from its lengths alone (``launches_as_handed``, the SLAs not
+    read), the other takes it as handed with its SLAs, for any SLAs at or above the floor,
+    with the same estimate; once told the SLAs (``took_as_handed``) and started, the
+    first has counted what the second counted. Where it declines, nothing changed."""
+    profile = _twin_profile(name, cost_mode, control)
+    history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
+    launcher, now = _played(profile, history, slowdown)
+    taker, _ = _played(profile, history, slowdown)
+    for s in (launcher, taker):
+        s.tick(now)
+    floor = launcher.controller.sla_floor_ms
+    lengths, slas, waited_ms = call
+    arrival = now - waited_ms / 1000.0
+    batch = [QueuedRequest(1000 + k, n, arrival, max(sla, floor))
+             for k, (n, sla) in enumerate(zip(lengths, slas))]
+    arrivals = launcher.controller.arrivals.rate_rps(now)
+
+    estimate = launcher.launches_as_handed(now, lengths, arrival)
+    if estimate is None:
+        assert launcher.queue_depth == 0 and launcher.controller.arrivals.rate_rps(now) == arrivals
+        return
+    assert floor < math.inf
+    assert taker.takes_as_handed(now, batch) == pytest.approx(estimate)
+    launcher.took_as_handed(now, batch, estimate, launcher.mode())
+    for s in (launcher, taker):
+        s.batch_started(batch, now)
+    assert launcher.controller.arrivals.rate_rps(now) == taker.controller.arrivals.rate_rps(now)
+    assert launcher.late_share == taker.late_share
+    assert launcher.counts == taker.counts
 
 
 def _decisions(s: Scheduler, now: float) -> list[tuple]:
