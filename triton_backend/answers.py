@@ -198,7 +198,11 @@ def error(message: str, code) -> "pb_utils.InferenceResponse":
 
 
 def embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
-    tensor = pb_utils.Tensor("EMBEDDING", embedding.reshape(1, -1).astype(np.float32))
+    """One request's EMBEDDING response: its [1, D] row of its batch's outputs (a view of
+    the batch's array, which the tensor keeps alive: no copy where the row is float32 and
+    contiguous already), or a 1-D embedding."""
+    row = embedding.reshape(1, -1) if embedding.ndim == 1 else embedding
+    tensor = pb_utils.Tensor("EMBEDDING", np.ascontiguousarray(row, dtype=np.float32))
     return pb_utils.InferenceResponse(output_tensors=[tensor])
 
 

@@ -204,14 +204,14 @@ def decode_all(requests, contract=None, read: Sequence[dict] | None = None) -> l
     if read is not None:
         return decode_requests([(a[INPUT_IDS], a[SLA_MS], request_parameters(r), timeout_us(r))
                                 for r, a in zip(requests, read)],
-                               MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, range_checked=True)
+                               MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, checked=True)
     return decode_requests([_embedding_inputs(r) for r in requests], MINILM_MAX_SEQ_LEN,
                            MINILM_VOCAB_SIZE)
 
 
 def read_launchable(requests) -> tuple[list[dict], list[np.ndarray]] | None:
     """Intake hold's launch first, for the INPUT_IDS -> EMBEDDING contract: each request's
-    input arrays (``_arrays``: INPUT_IDS, SLA_MS) and its token sequence, checked as
+    input arrays (``_arrays``: SLA_MS, and INPUT_IDS as its token sequence), checked as
     ``decode_request`` checks it (the range once for the call), where every request's is
     valid; None where one is not, or cannot be read (the call is then decoded whole first,
     which names the problem). Nothing else of a request is read: its SLA, parameters and timeout are
@@ -220,8 +220,9 @@ def read_launchable(requests) -> tuple[list[dict], list[np.ndarray]] | None:
     try:
         for request in requests:
             arrays = _arrays(request, _EMBEDDING_INPUTS)
-            sequences.append(sequence_of(arrays[INPUT_IDS], MINILM_MAX_SEQ_LEN,
-                                         MINILM_VOCAB_SIZE, token_range=False))
+            arrays[INPUT_IDS] = sequence_of(arrays[INPUT_IDS], MINILM_MAX_SEQ_LEN,
+                                            MINILM_VOCAB_SIZE, token_range=False)
+            sequences.append(arrays[INPUT_IDS])  # checked: decode_call takes it as it is
             read.append(arrays)
     except Exception:  # an input error, or a request that breaks reading: named there
         return None

@@ -129,22 +129,25 @@ def sequence_of(input_ids: np.ndarray | None, max_seq_len: int, vocab_size: int,
 def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
                                            Mapping[str, Any], int]],
                     max_seq_len: int, vocab_size: int,
-                    range_checked: bool = False) -> list[DecodedRequest | RequestError]:
+                    checked: bool = False) -> list[DecodedRequest | RequestError]:
     """``decode_request`` for each of a call's requests (``inputs``: INPUT_IDS, SLA_MS,
     parameters, timeout in us), in order: the decoded request, or the ``RequestError``
     naming its problem. The token ids' range is checked once over the whole call (two
     reductions instead of two per request); only where that fails is each request looked
-    at alone, so the bad one is named and fails alone. ``range_checked``: the caller
-    checked every request's range already (``in_range``)."""
+    at alone, so the bad one is named and fails alone. ``checked``: each INPUT_IDS is
+    its request's 1-D sequence, checked already, its range too (``decode.read_launchable``):
+    only the SLA is decoded."""
     out: list[DecodedRequest | RequestError] = []
     for input_ids, sla_input, parameters, timeout in inputs:
         try:
-            out.append(decode_request(input_ids, sla_input, parameters, max_seq_len,
+            out.append(DecodedRequest(input_ids, decode_sla(sla_input, parameters, timeout),
+                                      timeout / 1000.0) if checked else
+                       decode_request(input_ids, sla_input, parameters, max_seq_len,
                                       vocab_size, timeout, token_range=False))
         except RequestError as exc:
             out.append(exc)
     sequences = [d.input_ids for d in out if isinstance(d, DecodedRequest)]
-    if range_checked or not sequences or in_range(sequences, vocab_size):
+    if checked or not sequences or in_range(sequences, vocab_size):
         return out
     for i, d in enumerate(out):
         if isinstance(d, DecodedRequest):

@@ -29,6 +29,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scheduler_core.engine import Engine, Step
@@ -365,9 +366,12 @@ class Runner(LaunchFirst):
                                       for r in batch], timeout_s)
 
     def _builders(self, outputs) -> list:
-        """One response builder per request of a batch's outputs (built where it is sent)."""
-        build = embedding_response if self.contract is None else outputs_response
-        return [functools.partial(build, out) for out in outputs]
+        """One response builder per request of a batch's outputs (built where it is sent);
+        an EMBEDDING builder holds its request's row of the batch's array, as a view."""
+        if self.contract is not None:
+            return [functools.partial(outputs_response, out) for out in outputs]
+        rows = np.asarray(outputs)
+        return [functools.partial(embedding_response, rows[i:i + 1]) for i in range(len(rows))]
 
     # -- metrics -------------------------------------------------------------------
     def flush_metrics_if_due(self, now: float, sidecar_health: float) -> None:
