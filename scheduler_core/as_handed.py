@@ -111,14 +111,14 @@ class AsHandedRule:
                               min(tightest, floor) if tightest else floor)
 
     def took_as_handed(self, now_s: float, batch: Sequence[QueuedRequest], batch_ms: float,
-                       mode, noted_sla_ms: float = math.inf) -> None:
+                       mode) -> None:
         """The hand-over ``launches_as_handed`` took at ``now_s`` (``batch_ms``, in
         ``mode``), its SLAs read: ``batch``, the members the caller serves (those it
-        refused at once have left; ``noted_sla_ms``: the smallest SLA among them, for the
-        floor). Noted and ticked as ``takes_as_handed`` notes and ticks a hand-over before
-        it decides, and counted as it counts one once it starts (``count_taken``)."""
+        refused at once have left; one refused for its passed timeout noted its SLA in
+        ``hand_over_expired``). Noted and ticked as ``takes_as_handed`` notes and ticks a
+        hand-over before it decides, and counted as it counts one once it starts
+        (``count_taken``)."""
         loop = self.controller
-        loop.note_sla(noted_sla_ms, math.inf)  # the floor only: these have left
         if not batch:
             return
         tightest = min(batch, key=lambda r: r.sla_ms)

@@ -145,13 +145,10 @@ class Engine:
         read yet), to bracket like any other."""
         return self._as_handed(batch, estimated_ms)
 
-    def took_whole(self, step: Step, batch: Sequence[QueuedRequest], now_s: float,
-                   noted_sla_ms: float) -> None:
+    def took_whole(self, step: Step, batch: Sequence[QueuedRequest], now_s: float) -> None:
         """``launched_step``'s ``step``, decided at ``now_s`` and launched: ``batch``, its
-        members with their SLAs (those refused at once have left; ``noted_sla_ms``, the
-        smallest SLA among them)."""
-        self.policy.took_as_handed(now_s, batch, step.estimated_ms, step.decision.mode,
-                                   noted_sla_ms)
+        members with their SLAs (those refused at once have left)."""
+        self.policy.took_as_handed(now_s, batch, step.estimated_ms, step.decision.mode)
 
     def _as_handed(self, batch: Sequence[QueuedRequest], estimated_ms: float | None
                    ) -> Step | None:

@@ -113,8 +113,7 @@ class Scheduler(AsHandedRule):
         return total
 
     def _efficient_batch(self, n: int) -> int:
-        """How many requests of ``n`` tokens make an efficient batch (``Entry.efficient_ms``
-        is that batch's cost)."""
+        """How many ``n``-token requests make an efficient batch (its ``Entry.efficient_ms``)."""
         return max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
 
     def queue_full_message(self) -> str:
@@ -275,9 +274,10 @@ class Scheduler(AsHandedRule):
         self.overload.refused(now_s, len(refused), call_size)
         return refused
 
-    def hand_over_expired(self, now_s: float, count: int, queued: int) -> None:
-        """A hand-over's requests refused for their passed client timeout
-        (``OverloadState.hand_over_expired``)."""
+    def hand_over_expired(self, now_s: float, count: int, queued: int, sla_ms=math.inf):
+        """A hand-over's requests refused for their passed client timeout (``OverloadState.
+        hand_over_expired``); ``sla_ms``, the smallest SLA among them, for the SLA floor."""
+        self.controller.note_sla(sla_ms, math.inf)  # the floor only: they have left
         self.overload.hand_over_expired(now_s, count, queued)
 
     def call_overran(self, refused: int, handled: int) -> None:

@@ -193,12 +193,12 @@ class HoldDriver:
                    for t, s in zip(tickets, sequences)]  # SLAs not read yet
         decoded: list[DecodedCall] = []
 
-        def complete() -> tuple[list[QueuedRequest], float]:
+        def complete() -> list[QueuedRequest]:
             call = decode_call(requests, None, tickets, arrival, self._clock(),
                                self._default_sla_ms, self._ids, read=read)
             decoded.append(call)
             self._end_at_once(call)
-            return call.queued, call.expired_sla_ms
+            return call.queued
 
         ran = self.runner.run_launched(members, now, launched, complete)
         return ran, (decoded[0] if decoded else None)
@@ -212,7 +212,7 @@ class HoldDriver:
             runner.answers.refuse_each(call.expired, "timed_out")
             with runner.cond:  # late, for the scheduler's late share
                 runner.scheduler.hand_over_expired(self._clock(), len(call.expired),
-                                                   len(call.queued))
+                                                   len(call.queued), call.expired_sla_ms)
         runner.timeouts.watch(call.timed)
 
     def stop(self, timeout_s: float) -> None:

@@ -42,12 +42,12 @@ class LaunchFirst:
         return Launched(flight, launched_s, estimated_ms)
 
     def run_launched(self, batch: list[QueuedRequest], now: float, launched: Launched,
-                     complete: Callable[[], tuple[list[QueuedRequest], float]]) -> "Ran":
+                     complete: Callable[[], list[QueuedRequest]]) -> "Ran":
         """``launch_first``'s batch, beside the device: ``batch``, its members (their
         SLAs not read yet), bracketed as any batch from its launch on; right away
         ``complete`` decodes the rest, answers what ends at once and returns the members
-        the batch serves, with their SLAs, and the smallest SLA of those that left; the
-        engine hears them (``took_whole``) before it hears the batch started."""
+        the batch serves, with their SLAs; the engine hears them (``took_whole``) before it
+        hears the batch started."""
         from .runner import Ran  # the runner's own record of a step (it imports this)
         with self.cond:
             health = self.step_perception.read(now)[1]
@@ -60,12 +60,11 @@ class LaunchFirst:
         return Ran(now, step, self.arrivals, started, health, self.executor_s)
 
     def _took(self, step: Step, now: float,
-              complete: Callable[[], tuple[list[QueuedRequest], float]]) -> list[QueuedRequest]:
+              complete: Callable[[], list[QueuedRequest]]) -> list[QueuedRequest]:
         """``launch_first``'s batch is on the device: its members with their SLAs, told."""
-        served, left_sla_ms = complete()
-        served = [q for q in served if not q.handle.answered]  # cancelled meanwhile
+        served = [q for q in complete() if not q.handle.answered]  # cancelled meanwhile
         with self.cond:
             self._hear_ended()  # before the engine's tick reads the device's busy time
-            self.engine.took_whole(step, served, now, left_sla_ms)
+            self.engine.took_whole(step, served, now)
             self.arrivals += len(served)
         return served

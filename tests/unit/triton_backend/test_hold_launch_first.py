@@ -96,6 +96,22 @@ def test_a_launched_call_ends_each_request_as_a_decoded_call_would(adapter, pb_u
     assert model.scheduler.controller.sla_floor_ms == 20.0  # the timeout's, for the floor
 
 
+def test_a_timeout_passed_in_the_queue_lowers_the_floor_on_the_decoded_path_too(
+        adapter, pb_utils, monkeypatch):
+    """A fresh model decodes its first call whole: its request refused for a timeout
+    passed in Triton's queue still lowers the floor (``hand_over_expired``), as it does in
+    a launched call."""
+    model = adapter.model("hold")
+    backdate(monkeypatch, model, 0.05)
+    expired = pb_utils.FakeRequest([510, 7], sla_ms=SLA_MS, timeout_us=20_000)
+
+    returned = model.execute([expired, *requests_of(pb_utils, 1)])
+
+    assert pb_utils.error_code(the_answer(pb_utils, expired, returned, 0)) == \
+        pb_utils.TritonError.UNAVAILABLE
+    assert model.scheduler.controller.sla_floor_ms == 20.0
+
+
 def test_a_request_below_every_earlier_sla_runs_in_its_launch_and_lowers_the_floor(
         adapter, pb_utils):
     """The first request whose SLA is below the floor cannot be told from the others
