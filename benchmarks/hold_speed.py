@@ -89,11 +89,14 @@ DEVICES = {"flat": FLAT,
 
 
 def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
-               variant: dict[str, str] | None = None, device: str = "flat") -> list[str]:
+               variant: dict[str, str] | None = None, device: str = "flat",
+               time_scale: float | None = None) -> list[str]:
     """The shipped plugin, its hold variants and native (with ``native_policy``, also
-    native behind a queue policy: Triton's own tax), all on ``device`` (``DEVICES``); with
-    ``variant``, also the shipped plugin with those parameters (``explicit_variant``)."""
-    profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **DEVICES[device]}
+    native behind a queue policy: Triton's own tax), all on ``device`` (``DEVICES``, at
+    ``time_scale`` where given); with ``variant``, also the shipped plugin with those
+    parameters (``explicit_variant``)."""
+    profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **DEVICES[device],
+                **({"time_scale": f"{time_scale:g}"} if time_scale is not None else {})}
     copy_model(SHIPPED, repo, params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
     models = [SHIPPED]
     for n in hand_overs:
@@ -117,20 +120,22 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
 
 
 @contextlib.contextmanager
-def shipped_beside_native(tmp: str, device: str = "flat"):
+def shipped_beside_native(tmp: str, device: str = "flat", time_scale: float | None = None):
     """The shipped plugin and native in one server on ``device`` (``build_repo``, in
-    ``tmp``), each warmed up: yields the server, the models and each model's perf_analyzer
-    input data (the mix, with its SLA classes for the plugin)."""
+    ``tmp``; at ``time_scale`` where given, the SLA classes scaled alike), each warmed up:
+    yields the server, the models and each model's perf_analyzer input data (the mix, with
+    its SLA classes for the plugin)."""
     repo = os.path.join(tmp, "repo")
     os.makedirs(repo)
-    models = build_repo(repo, [], device=device)
+    models = build_repo(repo, [], device=device, time_scale=time_scale)
+    slas_ms = [s * (time_scale or 1.0) for s in SLA_CLASSES_MS]
     data = {SHIPPED: write_input_data(os.path.join(tmp, "sla.json"),
-                                      mix_entries(SLA_CLASSES_MS, DATA_ENTRIES)),
+                                      mix_entries(slas_ms, DATA_ENTRIES)),
             NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
                                      mix_entries(None, DATA_ENTRIES))}
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-        for m in models:  # warm-up
-            measure(server, m, data[m], 200, 0.0, 1500)
+        for m in models:  # warm-up (a slowed device at as slowed a rate)
+            measure(server, m, data[m], 200 / max(1.0, time_scale or 1.0), 0.0, 1500)
         yield server, models, data
 
 

@@ -81,6 +81,8 @@ class Sidecar:
         # Triton's /metrics page is scraped every ``scrape_every``-th poll (NVML every
         # poll): the server renders the whole page for each scrape, and the plugin uses
         # only its health from it; between scrapes a sample carries the last scrape's.
+        # After a failed scrape every poll scrapes (at the backoff's pace), so a page
+        # that comes back is seen within one poll, not ``scrape_every`` of them.
         self.scrape_every = max(1, int(scrape_every))
         self._polls = 0
         self._endpoint_error = ""  # the last failed scrape's, carried between scrapes
@@ -145,7 +147,7 @@ class Sidecar:
         nvml_sample = self._read_nvml(errors)
         models: dict[str, ModelRates] = {}
         endpoint_ok = None
-        scrape = self._polls % self.scrape_every == 0
+        scrape = self._polls % self.scrape_every == 0 or self._endpoint_failures > 0
         self._polls += 1
         if self.metrics_url and not scrape and self._latest is not None:
             endpoint_ok, models = self._latest.endpoint_ok, self._latest.models

@@ -58,10 +58,14 @@ from .waker import WAKE_REQUEST_ID, Waker
 # .pstats when it unloads. Off unless set: it slows the stub.
 CPROFILE_ENV = "EXPLICIT_BATCHING_CPROFILE_DIR"
 METRICS_URL_ENV = "EXPLICIT_BATCHING_METRICS_URL"
-# The in-process sidecar scrapes Triton's /metrics page every 5th perception period (1 s
-# at 200 ms): the plugin uses only the scrape's health, and a scrape costs the server and
-# the stub a whole page (docs/defaults.md). NVML is still read every period.
-SIDECAR_SCRAPE_EVERY = 5
+# The in-process sidecar scrapes Triton's /metrics page every 25th perception period (5 s
+# at 200 ms; after a failed scrape, every period): the plugin uses only the scrape's
+# health, and a scrape costs the server and the stub a whole page (docs/defaults.md).
+# NVML is still read every period.
+SIDECAR_SCRAPE_EVERY = 25
+# The metrics thread's shortest sleep: a deadline it reaches a moment early is looked at
+# again this much later, not in a spin.
+METRICS_MIN_WAIT_S = 0.001
 WAKE_STOP_WAIT_S = 2.0  # at unload, for the wake requests still under way
 
 
@@ -139,10 +143,12 @@ class ExplicitModel:
             self.metrics, self.executor, self.contract,
             Perception(self._sidecar, self._sidecar_max_age_s), settings.loop_fault_token,
             batch_timeout_floor_s=settings.batch_timeout_floor_ms / 1000.0,
-            # intake hold: the metrics thread applies the sidecar's sample each control
-            # period (_metrics_loop); a sample lives a perception period, so execute()'s
-            # steps, thousands a second, need not apply it again
+            # intake hold: each sidecar sample is applied as it is taken (_sample_taken),
+            # or by the metrics thread (_metrics_loop); a sample lives a perception
+            # period, so execute()'s steps, thousands a second, need not apply it again
             step_perception=None if self.intake.threaded else Perception(None, 0.0))
+        if isinstance(self._sidecar, Sidecar):
+            self._sidecar.start(None if self.intake.threaded else self._sample_taken)
         self._metrics_stop = threading.Event()
         # Every intake: the watchdog; intake hold: perception and the metrics' publishing.
         self._metrics_thread = threading.Thread(target=self._metrics_loop, daemon=True,
@@ -182,7 +188,7 @@ class ExplicitModel:
                                     self.profile.control.perception_period_ms / 1000.0,
                                     log=pb_utils.Logger.log_info,
                                     nvml_index=self.placement.nvml_index,
-                                    scrape_every=SIDECAR_SCRAPE_EVERY).start()
+                                    scrape_every=SIDECAR_SCRAPE_EVERY)  # started after the runner
             mode = f"thread ({url or 'NVML only'})"
         elif mode.startswith("file:"):
             self._sidecar = SampleFile(mode[len("file:"):])
@@ -228,21 +234,35 @@ class ExplicitModel:
         with self._cond:
             self._thread_cpu_s["respond"] += seconds
 
+    def _sample_taken(self, _sample) -> None:
+        """intake hold, the in-process sidecar's sink: its sample reaches the engine as it
+        is taken, on the sidecar's thread (the metrics thread need not wake for it)."""
+        with self._cond:
+            self.runner.perceive(time.monotonic())
+
     def _metrics_loop(self) -> None:
-        """Every control period: the watchdog (``Runner.check_hung``: a hung batch's
-        requests answered INTERNAL); with intake hold also perception and the control
-        metrics (once per METRICS_PUBLISH_PERIOD_S), not from execute(): a flush is tens of
-        messages to the server, time the call's requests would wait for."""
-        while not self._metrics_stop.wait(self._control_period_s):
+        """The watchdog (``Watchdog.check``: a hung batch's requests answered INTERNAL);
+        with intake hold also perception and the control metrics (once per
+        METRICS_PUBLISH_PERIOD_S), not from execute(): a flush is tens of messages to the
+        server, time the call's requests would wait for. It wakes when one of these is due
+        (``Runner.metrics_due_in_s``; a sample file's each perception period), not every
+        control period: a wake-up costs the stub CPU whatever it does (docs/defaults.md)."""
+        publish = not self.intake.threaded  # the scheduler thread perceives and publishes
+        perceive_every_s = (self.profile.control.perception_period_ms / 1000.0
+                            if publish and isinstance(self._sidecar, SampleFile) else 3600.0)
+        wait_s = 0.0
+        while not self._metrics_stop.wait(wait_s):
             try:
                 now = time.monotonic()
-                self.runner.check_hung(now)
-                if self.intake.threaded:  # the scheduler thread perceives and publishes
-                    continue
-                with self._cond:
-                    health = self.runner.perceive(now)
-                self.runner.flush_metrics_if_due(now, health)
+                self.runner.watchdog.check(now)
+                if publish:
+                    with self._cond:
+                        health = self.runner.perceive(now)
+                    self.runner.flush_metrics_if_due(now, health)
+                wait_s = max(METRICS_MIN_WAIT_S, min(
+                    perceive_every_s, self.runner.metrics_due_in_s(time.monotonic(), publish)))
             except Exception:  # the metrics must never take the model down
+                wait_s = self._control_period_s
                 pb_utils.Logger.log_warn(f"{self.model_name}: metrics flush failed:\n"
                                          f"{traceback.format_exc()}")
 

@@ -15,8 +15,8 @@ Invariants:
   else ``ended`` at once, ``observed`` while the next one runs (``deferred.Deferred``);
 * the engine is only touched with ``cond`` held (the threaded intakes' arrivals and the
   hold model's metrics thread run beside the step);
-* a batch on the executor past its bound (``check_hung``, the watchdog, called from the
-  model's metrics thread) has its requests answered INTERNAL at once; when the executor
+* a batch on the executor past its bound (``watchdog.check``, called from the model's
+  metrics thread) has its requests answered INTERNAL at once; when the executor
   returns, its results find them answered and are dropped.
 """
 
@@ -346,9 +346,11 @@ class Runner(LaunchFirst):
         with self.cond:
             self.engine.observed(served, started, done, True)
 
-    def check_hung(self, now: float) -> int:
-        """The watchdog's check (``Watchdog.check``): how many requests it answered."""
-        return self.watchdog.check(now)
+    def metrics_due_in_s(self, now: float, publish: bool) -> float:
+        """Seconds until the metrics thread has work: the watchdog's next look
+        (``Watchdog.due_in_s``) and, with ``publish``, the next metrics flush."""
+        due_s = self.watchdog.due_in_s(now)
+        return min(due_s, self._last_flush + METRICS_PUBLISH_PERIOD_S - now) if publish else due_s
 
     @property
     def hung_batches(self) -> int:

@@ -3,7 +3,8 @@ answered INTERNAL at once (its call cannot return them); when the executor retur
 results find them answered and are dropped.
 
 ``Runner`` tells it each batch it starts (``watch``) and that it returned (``clear``); the
-model's metrics thread asks every control period (``check``, via ``Runner.check_hung``).
+model's metrics thread asks (``check``) when the running batch reaches its bound
+(``due_in_s``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ class Watchdog:
 
     def clear(self) -> None:
         self.running = None
+
+    def due_in_s(self, now: float) -> float:
+        """Seconds until ``check`` can find a hung batch: the running batch's bound, and at
+        most the floor (a batch that starts after this is asked is bound at least that far
+        off)."""
+        running = self.running
+        if running is None or running.hung:
+            return self.floor_s
+        return min(self.floor_s, running.started_s + running.bound_s - now)
 
     def check(self, now: float) -> int:
         """A batch on the executor past its bound has its unanswered requests answered

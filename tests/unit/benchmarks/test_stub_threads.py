@@ -32,10 +32,24 @@ def test_without_py_spy_threads_have_no_names():
 
 
 def test_the_page_lists_each_row_with_its_threads_busiest_first():
-    args = argparse.Namespace(rates=[400.0], rounds=1)
+    args = argparse.Namespace(rates=[400.0], rounds=1, profile="flat", time_scale=None,
+                              idle_s=0.0)
     row = Row("emulated_explicit", None, 400.0, throughput=399.6, p50_ms=8.3)
     lines = page([(1, 400.0, "emulated_explicit", row,
                    {"explicit-metrics": 14.2, "MainThread": 431.0, "thread 7": 0.1})], args)
     assert "scripts/stub_threads.py --rates 400 --rounds 1" in lines[2]
     assert lines[-2] == ("| 1 | 400 | emulated_explicit | 400 | 8.3 | 445 | "
                          "MainThread 431, explicit-metrics 14 |  |")
+
+
+def test_idle_rows_are_per_second_and_the_command_names_the_device():
+    args = argparse.Namespace(rates=[43.0], rounds=2, profile="h200_minilm", time_scale=57.0,
+                              idle_s=10.0)
+    lines = page([(0, 0.0, "emulated_explicit", None,
+                   {"perception-sidecar": 1.51, "explicit-metrics": 0.36, "thread 9": 0.001})],
+                 args)
+    assert lines[0].endswith("EMULATED h200_minilm at time scale 57)")
+    assert ("scripts/stub_threads.py --rates 43 --rounds 2 --profile h200_minilm "
+            "--time-scale 57 --idle-s 10`") in lines[2]
+    assert lines[-2] == ("| 0 | idle | emulated_explicit | - | - | 1.87 | "
+                         "perception-sidecar 1.51, explicit-metrics 0.36 |  |")

@@ -401,15 +401,16 @@ def test_sidecar_without_an_nvml_index_reads_no_nvml_and_stays_healthy(clock):
     assert len([line for line in logs if "no GPU" in line]) == 1  # said once, not per poll
 
 
-def test_the_metrics_page_is_scraped_every_nth_poll_and_its_health_carried_between(
+def test_the_metrics_page_is_scraped_every_nth_poll_and_again_after_a_failed_one(
         absent_nvml, real_page):
-    """scrape_every=3: the page is fetched on polls 1, 4, 7; a failed scrape's verdict and
-    message stay on the samples until the next scrape, without growing."""
+    """scrape_every=3: a good page's health is carried between scrapes (polls 2, 3); a
+    failed scrape is retried at the next poll until one succeeds (polls 4, 5, 6), and the
+    count goes on (poll 7 is the next third)."""
     fetched = []
-    outcomes = iter([None, RuntimeError("refused"), None])
+    outcomes = iter([None, RuntimeError("refused"), RuntimeError("refused again"), None, None])
 
     def fetch(url, timeout_s):
-        fetched.append(url)
+        fetched.append(len(fetched))
         failure = next(outcomes)
         if failure is not None:
             raise failure
@@ -418,6 +419,7 @@ def test_the_metrics_page_is_scraped_every_nth_poll_and_its_health_carried_betwe
     sidecar = Sidecar("http://m/metrics", fetch=fetch, nvml=absent_nvml, log=lambda _: None,
                       scrape_every=3)
     samples = [sidecar.poll_once() for _ in range(7)]
-    assert len(fetched) == 3
-    assert [s.endpoint_ok for s in samples] == [True] * 3 + [False] * 3 + [True]
-    assert samples[3].error == samples[5].error and "refused" in samples[5].error
+    assert len(fetched) == 5  # polls 1, 4, 5, 6, 7
+    assert [s.endpoint_ok for s in samples] == [True] * 3 + [False] * 2 + [True] * 2
+    assert "refused" in samples[3].error and "refused again" in samples[4].error
+    assert samples[5].error == ""

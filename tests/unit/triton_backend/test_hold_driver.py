@@ -17,6 +17,7 @@ from tests.eventually import eventually
 from tests.unit.triton_backend.test_adapter_cancellation import the_answer
 from triton_backend import timeline as timeline_module
 from triton_backend.hold_driver import SEND_COST_S, SendCost
+from triton_backend.metric_catalog import METRICS_PUBLISH_PERIOD_S
 from triton_backend.timeline import CallRecord
 
 SLA_MS = 10_000.0  # nothing is late unless a test makes it so
@@ -466,7 +467,8 @@ def test_a_hung_batch_is_answered_internal_by_the_watchdog_once(adapter, pb_util
 def test_the_sidecars_sample_is_applied_by_the_metrics_thread_not_by_each_call(
         adapter, pb_utils, tmp_path, monkeypatch):
     """A sidecar sample lives a perception period: intake hold's calls (thousands a
-    second) do not apply it again; the metrics thread applies it each control period.
+    second) do not apply it again; the metrics thread applies a sample file's each
+    perception period.
     Whether fresh, stale or missing, no reading of it is applied from a call."""
     path = tmp_path / "sample.json"
     model = adapter.model("hold", sidecar=f"file:{path}")
@@ -492,6 +494,47 @@ def test_the_sidecars_sample_is_applied_by_the_metrics_thread_not_by_each_call(
         model.execute(requests_of(pb_utils, 3))  # a sample there
 
     assert {thread for thread, _ in applied} == {"explicit-metrics"}
+
+
+def test_the_in_process_sidecars_samples_are_applied_on_its_own_thread(adapter, pb_utils,
+                                                                       monkeypatch):
+    """The in-process sidecar hands each sample to the engine as it takes it (its sink):
+    the metrics thread need not wake each perception period for it."""
+    model = adapter.model("hold", sidecar="thread")
+    applied = []  # the threads that applied a reading
+    perceive = model.runner.engine.perceive
+
+    def spy(sample):
+        if sample is not None:
+            applied.append(threading.current_thread().name)
+        perceive(sample)
+
+    monkeypatch.setattr(model.runner.engine, "perceive", spy)
+    eventually(lambda: "perception-sidecar" in applied,
+               what="a sample applied on the sidecar's thread")
+
+
+def test_the_metrics_thread_wakes_when_the_watchdog_or_a_publish_is_due(adapter, pb_utils):
+    """Between wake-ups the metrics thread sleeps until its next work: the next publish
+    (intake hold), the running batch's bound, and at most the watchdog's floor (a batch
+    that starts meanwhile is bound at least that far off)."""
+    model = adapter.model("hold", gated=True, batch_timeout_floor_ms="5000")
+    runner = model.runner
+    now = time.monotonic()
+    assert runner.metrics_due_in_s(now, publish=False) == 5.0
+    assert runner.metrics_due_in_s(now, publish=True) <= METRICS_PUBLISH_PERIOD_S
+
+    call, _ = adapter.held_call(model, requests_of(pb_utils, 2))
+    running = runner.watchdog.running
+    now = time.monotonic()
+    assert runner.metrics_due_in_s(now, publish=False) == pytest.approx(
+        running.started_s + running.bound_s - now)
+    running.hung = True  # answered: nothing more to look for in it
+    assert runner.metrics_due_in_s(now, publish=False) == 5.0
+    running.hung = False
+    adapter.gate.open()
+    call.join(timeout=30)
+    assert not call.is_alive()
 
 
 def test_the_engine_hears_a_batch_started_once_it_is_on_the_device(adapter, pb_utils,
