@@ -137,8 +137,8 @@ class HoldDriver:
         # Launch first: the call's token sequences read and checked, and nothing else,
         # before the device starts (``Runner.launch_first``); the rest runs beside it. Not
         # a call old enough to ask whether its clients cancelled (asked before it runs).
-        read = (read_launchable(requests) if self._launches_first and
-                now - min(arrival, earliest) < CANCEL_CHECK_MIN_WAIT_S else None)
+        young = now - min(arrival, earliest) < CANCEL_CHECK_MIN_WAIT_S * runner.wait_scale
+        read = read_launchable(requests) if self._launches_first and young else None
         read_s = self._clock()
         launched = runner.launch_first(read[1], now, arrival) if read is not None else None
         record = self.timeline.begin(now, len(requests))

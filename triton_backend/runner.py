@@ -79,6 +79,9 @@ class Runner(LaunchFirst):
         self.model_name = model_name
         self.engine = engine
         self.scheduler = engine.policy  # the explicit-control Scheduler
+        # A device emulated slower by its time scale slows its clients' patience alike
+        # (CANCEL_CHECK_MIN_WAIT_S); a faster one does not speed it up.
+        self.wait_scale = max(1.0, self.scheduler.estimator.time_scale)
         self.cond = cond  # guards the engine; the scheduler thread waits on it
         self.answers = answers
         self.metrics = metrics
@@ -264,14 +267,14 @@ class Runner(LaunchFirst):
     def _drop_cancelled(self, batch: Sequence[QueuedRequest], now: float
                         ) -> list[QueuedRequest]:
         """Answer requests the client cancelled (gRPC cancel) instead of computing them
-        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S or more); leave out those
+        (asked of those that waited CANCEL_CHECK_MIN_WAIT_S x ``wait_scale``); leave out those
         answered already (a timeout that passed while they queued)."""
         kept, cancelled = [], []
         for r in batch:
             if r.handle.answered:  # its timeout passed while it queued (timeout_guard)
                 continue
             waited = now - min(r.arrival_s, r.handle.earliest_s)
-            if waited >= CANCEL_CHECK_MIN_WAIT_S and self.is_cancelled(r):
+            if waited >= CANCEL_CHECK_MIN_WAIT_S * self.wait_scale and self.is_cancelled(r):
                 cancelled.append(r)
             else:
                 kept.append(r)
@@ -351,10 +354,6 @@ class Runner(LaunchFirst):
         (``Watchdog.due_in_s``) and, with ``publish``, the next metrics flush."""
         due_s = self.watchdog.due_in_s(now)
         return min(due_s, self._last_flush + METRICS_PUBLISH_PERIOD_S - now) if publish else due_s
-
-    @property
-    def hung_batches(self) -> int:
-        return self.watchdog.hung_batches
 
     def _finished(self, batch: Sequence[QueuedRequest], started: float, ok: bool) -> None:
         with self.cond:

@@ -55,6 +55,9 @@ def _param(key: str, value) -> str:
     return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
 
 
+FAULT_TIME_SCALE = 10  # MODEL's EMULATED device, slowed
+
+
 @pytest.fixture(scope="module")
 def fault_server(tmp_path_factory):
     from server_ops.launcher import TritonServer
@@ -62,7 +65,7 @@ def fault_server(tmp_path_factory):
     repo = str(tmp_path_factory.mktemp("faults") / "repo")
     os.makedirs(repo)
     gate = os.path.join(str(tmp_path_factory.mktemp("faultgate")), f"{MODEL}.gate")
-    _model(repo, MODEL, _param("hardware_profile", "t4") + _param("time_scale", 10)
+    _model(repo, MODEL, _param("hardware_profile", "t4") + _param("time_scale", FAULT_TIME_SCALE)
            + _param("fault_injection_token", DEVICE_FAULT) + _param("loop_fault_token", LOOP_FAULT)
            + _param("decode_fault_token", DECODE_FAULT)
            + _param("device_gate_file", gate))
@@ -215,9 +218,11 @@ def test_cancelled_requests_leave_the_queue_uncomputed(fault_server):
                            what=f"the server received the {len(cancelled)} cancellations")
             finally:
                 _verbose_log(fault_server, 0)
-            # The plugin asks only requests that waited CANCEL_CHECK_MIN_WAIT_S (a round
-            # trip each; runner.py): they wait that long before the device frees.
-            time.sleep(max(0.0, sent_at + CANCEL_CHECK_MIN_WAIT_S - time.monotonic()))
+            # The plugin asks only requests that waited CANCEL_CHECK_MIN_WAIT_S, times the
+            # emulated device's time scale (a round trip each; runner.py): they wait that
+            # long before the device frees.
+            time.sleep(max(0.0, sent_at + CANCEL_CHECK_MIN_WAIT_S * FAULT_TIME_SCALE
+                           - time.monotonic()))
         results.wait(17)
         errors = {i: err for i, [(_, err)] in results.calls.items() if err is not None}
         assert sorted(errors) == cancelled, errors  # the client sees exactly what it cancelled

@@ -123,6 +123,36 @@ def test_hold_asks_only_members_that_waited_the_minimum(adapter, pb_utils, monke
         assert [r.cancel_checks for r in requests] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("waited_x", [5, 20])
+def test_a_slowed_emulated_device_stretches_the_minimum_wait_alike(adapter, pb_utils,
+                                                                   monkeypatch, waited_x):
+    """An EMULATED device slowed 10 times (time_scale 10) slows its clients' waits alike:
+    a member is asked only once it waited 10 x CANCEL_CHECK_MIN_WAIT_S. A sped-up device
+    (the suite's time scale 0.01) keeps the minimum as it is."""
+    assert adapter.model("hold").runner.wait_scale == 1.0
+    model = adapter.model("hold", time_scale="10")
+    assert model.runner.wait_scale == 10.0
+    spy = adapter.spy(model)
+    arrival = model.intake.admission_arrival
+
+    def backdated(now_s, n):
+        date, handed_over = arrival(now_s, n)
+        return date - waited_x * runner.CANCEL_CHECK_MIN_WAIT_S, handed_over
+
+    monkeypatch.setattr(model.intake, "admission_arrival", backdated)
+    requests = [request(pb_utils, 220 + k) for k in range(3)]
+    requests[1].cancelled = True
+
+    returned = model.execute(requests)
+
+    if waited_x >= 10:
+        check_outcome(pb_utils, spy, requests, {1}, returned)
+        assert all(r.cancel_checks >= 1 for r in requests)
+    else:
+        check_outcome(pb_utils, spy, requests, set(), returned)
+        assert [r.cancel_checks for r in requests] == [0, 0, 0]
+
+
 # -- the threaded intakes: release, gather ------------------------------------------------
 def hold_first_batch(pb_utils, adapter, model, send):
     """Close the gate, send one request (``send``) and wait until its batch is held at the

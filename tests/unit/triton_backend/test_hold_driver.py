@@ -459,7 +459,7 @@ def test_a_hung_batch_is_answered_internal_by_the_watchdog_once(adapter, pb_util
     assert not call.is_alive()
     for i, req in enumerate(requests):
         the_answer(pb_utils, req, returned[0], i)  # exactly one: the early one
-    assert model.runner.hung_batches == 1
+    assert model.runner.watchdog.hung_batches == 1
     eventually(lambda: pb_utils.metric_value("explicit_batching_hung_batches_total") == 1,
                what="hung_batches_total counts the batch once")
 
