@@ -83,6 +83,11 @@ WAIT_FOR = ((PREFIX + "batch_size_sum", {}, 120), (PREFIX + "sla_requests_total"
 
 def test_every_control_metric_is_exported_with_plausible_values(server):
     wait_for_healthy_sidecar(server)
+    # A call is launched before its SLAs are read, each taken as the smallest SLA the model
+    # has seen (docs/how-it-works.md, "A call launched first"): a request below every earlier
+    # one runs in its launch and is served. One 0.5 ms request first, served or refused, makes
+    # 0.5 ms that smallest SLA, so each of the five below is refused as infeasible.
+    assert _infer(server, [101, 2000, 102], 0.5) in ("ok", "infeasible")
     before = quiet_scrape(server)
     rng = np.random.default_rng(5)
     # SLAs of a minute: no loaded machine makes them infeasible.
