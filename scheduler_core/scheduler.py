@@ -274,7 +274,7 @@ class Scheduler(AsHandedRule):
         self.overload.refused(now_s, len(refused), call_size)
         return refused
 
-    def hand_over_expired(self, now_s: float, count: int, queued: int, sla_ms=math.inf):
+    def hand_over_expired(self, now_s: float, count: int, queued: int, sla_ms: float = math.inf):
         """A hand-over's requests refused for their passed client timeout (``OverloadState.
         hand_over_expired``); ``sla_ms``, the smallest SLA among them, for the SLA floor."""
         self.controller.note_sla(sla_ms, math.inf)  # the floor only: they have left

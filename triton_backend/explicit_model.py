@@ -21,6 +21,7 @@ Every request ends with exactly one response or one error.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -249,7 +250,7 @@ class ExplicitModel:
         control period: a wake-up costs the stub CPU whatever it does (docs/defaults.md)."""
         publish = not self.intake.threaded  # the scheduler thread perceives and publishes
         perceive_every_s = (self.profile.control.perception_period_ms / 1000.0
-                            if publish and isinstance(self._sidecar, SampleFile) else 3600.0)
+                            if publish and isinstance(self._sidecar, SampleFile) else math.inf)
         wait_s = 0.0
         while not self._metrics_stop.wait(wait_s):
             try:

@@ -270,11 +270,12 @@ class Runner(LaunchFirst):
         (asked of those that waited CANCEL_CHECK_MIN_WAIT_S x ``wait_scale``); leave out those
         answered already (a timeout that passed while they queued)."""
         kept, cancelled = [], []
+        min_wait_s = CANCEL_CHECK_MIN_WAIT_S * self.wait_scale
         for r in batch:
             if r.handle.answered:  # its timeout passed while it queued (timeout_guard)
                 continue
             waited = now - min(r.arrival_s, r.handle.earliest_s)
-            if waited >= CANCEL_CHECK_MIN_WAIT_S * self.wait_scale and self.is_cancelled(r):
+            if waited >= min_wait_s and self.is_cancelled(r):
                 cancelled.append(r)
             else:
                 kept.append(r)
