@@ -33,6 +33,7 @@ import sys
 import tempfile
 import urllib.request
 from dataclasses import dataclass
+from typing import Callable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,6 +89,21 @@ DEVICES = {"flat": FLAT,
                           "time_scale": "0.01"}}
 
 
+def device_params(device: str, time_scale: float | None = None) -> dict[str, str]:
+    """The parameters that put a model on ``device`` (``DEVICES``; at ``time_scale`` where
+    given), reading the shipped plugin's profiles."""
+    return {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **DEVICES[device],
+            **({"time_scale": f"{time_scale:g}"} if time_scale is not None else {})}
+
+
+def add_variant(repo: str, params: dict[str, str], device: str = "flat",
+                time_scale: float | None = None, name: str = VARIANT) -> str:
+    """The shipped plugin copied into ``repo`` as ``name``, on ``device``, with ``params``
+    set. Returns its folder."""
+    return copy_model(SHIPPED, repo, name, params={**device_params(device, time_scale),
+                                                   **params, "profile_dir": f"{name}/profiles"})
+
+
 def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
                variant: dict[str, str] | None = None, device: str = "flat",
                time_scale: float | None = None) -> list[str]:
@@ -95,8 +111,7 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
     native behind a queue policy: Triton's own tax), all on ``device`` (``DEVICES``, at
     ``time_scale`` where given); with ``variant``, also the shipped plugin with those
     parameters (``explicit_variant``)."""
-    profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **DEVICES[device],
-                **({"time_scale": f"{time_scale:g}"} if time_scale is not None else {})}
+    profiles = device_params(device, time_scale)
     copy_model(SHIPPED, repo, params={**profiles, "profile_dir": f"{SHIPPED}/profiles"})
     models = [SHIPPED]
     for n in hand_overs:
@@ -107,8 +122,7 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
                    params={**profiles, "profile_dir": f"{name}/profiles"})
         models.append(name)
     if variant:
-        copy_model(SHIPPED, repo, VARIANT,
-                   params={**profiles, **variant, "profile_dir": f"{VARIANT}/profiles"})
+        add_variant(repo, variant, device, time_scale)
         models.append(VARIANT)
     if native_policy:
         copy_model(NATIVE, repo, NATIVE_POLICY, edit=_with_queue_policy,
@@ -120,11 +134,13 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
 
 
 @contextlib.contextmanager
-def shipped_beside_native(tmp: str, device: str = "flat", time_scale: float | None = None):
+def shipped_beside_native(tmp: str, device: str = "flat", time_scale: float | None = None,
+                          also: Callable[[str], str] | None = None):
     """The shipped plugin and native in one server on ``device`` (``build_repo``, in
     ``tmp``; at ``time_scale`` where given, the SLA classes scaled alike), each warmed up:
     yields the server, the models and each model's perf_analyzer input data (the mix, with
-    its SLA classes for the plugin)."""
+    its SLA classes for the plugin). ``also``: adds one more copy of the shipped plugin to
+    the repository given it and returns its name; it is fed the plugin's data."""
     repo = os.path.join(tmp, "repo")
     os.makedirs(repo)
     models = build_repo(repo, [], device=device, time_scale=time_scale)
@@ -133,6 +149,10 @@ def shipped_beside_native(tmp: str, device: str = "flat", time_scale: float | No
                                       mix_entries(slas_ms, DATA_ENTRIES)),
             NATIVE: write_input_data(os.path.join(tmp, "mix.json"),
                                      mix_entries(None, DATA_ENTRIES))}
+    if also is not None:
+        name = also(repo)
+        models.append(name)
+        data[name] = data[SHIPPED]
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
         for m in models:  # warm-up (a slowed device at as slowed a rate)
             measure(server, m, data[m], 200 / max(1.0, time_scale or 1.0), 0.0, 1500)

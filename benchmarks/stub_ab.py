@@ -31,30 +31,26 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks.hold_speed import (DEVICES, NATIVE, SHIPPED, Row, build_repo, measure,
-                                   write_input_data)
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries
+from benchmarks.hold_speed import (DEVICES, NATIVE, SHIPPED, Row, add_variant, measure,
+                                   shipped_beside_native)
 from benchmarks.pages import write_page
 from benchmarks.procinfo import find_stub
-from benchmarks.repository import copy_model
-from server_ops.launcher import TritonServer
 
 VARIANT = "explicit_b"
-DATA_ENTRIES = 2000
 PERF_HZ = 1999  # not a multiple of the stub's own periods
 
 
 def variant_model(repo: str, tree: str | None, params: dict[str, str], device: str) -> str:
-    """Model ``VARIANT`` in ``repo``: the shipped model on ``device`` with ``params`` set, its
-    stub importing from ``tree`` first where one is given. Returns its folder."""
-    profiles = {"profile_dir": f"{SHIPPED}/profiles", "time_scale": "1", **DEVICES[device]}
-    folder = copy_model(SHIPPED, repo, VARIANT, params={**profiles, **params})
+    """Model ``VARIANT`` in ``repo``: the shipped model on ``device`` with ``params`` set
+    (``hold_speed.add_variant``), its stub importing from ``tree`` first where one is given.
+    Returns its name."""
+    model_py = os.path.join(add_variant(repo, params, device, name=VARIANT), "1", "model.py")
     if tree:
-        with open(os.path.join(folder, "1", "model.py"), encoding="utf-8") as fh:
+        with open(model_py, encoding="utf-8") as fh:
             shipped = fh.read()
-        with open(os.path.join(folder, "1", "model.py"), "w", encoding="utf-8") as fh:
+        with open(model_py, "w", encoding="utf-8") as fh:
             fh.write(f"import sys\nsys.path.insert(0, {os.path.abspath(tree)!r})\n{shipped}")
-    return folder
+    return VARIANT
 
 
 def perf_by_library(report: str) -> dict[str, int]:
@@ -91,31 +87,24 @@ def run(args) -> tuple[dict[str, list[Row]], dict[str, tuple[dict[str, int], Row
     samples by library with the row it was recorded over."""
     rows: dict[str, list[Row]] = {"A": [], "B": [], "native": []}
     perf: dict[str, tuple[dict[str, int], Row]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = os.path.join(tmp, "repo")
-        os.makedirs(repo)
-        build_repo(repo, [], device=args.device)
-        variant_model(repo, args.tree, json.loads(args.params), args.device)
-        with_sla = write_input_data(os.path.join(tmp, "sla.json"),
-                                    mix_entries(SLA_CLASSES_MS, DATA_ENTRIES))
-        plain = write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, DATA_ENTRIES))
-        order = [("A", SHIPPED, with_sla), ("B", VARIANT, with_sla), ("native", NATIVE, plain)]
-        with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-            for _, model, data in order:  # warm-up
-                measure(server, model, data, args.rate, None, 2000)
-            for r in range(args.rounds):
-                for name, model, data in (order if r % 2 == 0 else order[::-1]):
-                    row = measure(server, model, data, args.rate, None, args.measurement_ms)
-                    rows[name].append(row)
-                    print(r + 1, name, row, flush=True)
-            if args.perf_s and shutil.which("perf"):
-                for name, model, data in order:
-                    out = os.path.join(tmp, f"{name}.perf")
-                    spy = record_perf(find_stub(server.process.pid, model), args.perf_s, out)
-                    row = measure(server, model, data, args.rate, None,
-                                  int(args.perf_s * 1000) - 1000)
-                    spy.wait()
-                    perf[name] = (read_perf(out), row)
+    params = json.loads(args.params)
+    with tempfile.TemporaryDirectory() as tmp, shipped_beside_native(
+            tmp, args.device, also=lambda repo: variant_model(repo, args.tree, params,
+                                                             args.device)) as (server, _, data):
+        order = [("A", SHIPPED), ("B", VARIANT), ("native", NATIVE)]
+        for r in range(args.rounds):
+            for name, model in (order if r % 2 == 0 else order[::-1]):
+                row = measure(server, model, data[model], args.rate, None, args.measurement_ms)
+                rows[name].append(row)
+                print(r + 1, name, row, flush=True)
+        if args.perf_s and shutil.which("perf"):
+            for name, model in order:
+                out = os.path.join(tmp, f"{name}.perf")
+                spy = record_perf(find_stub(server.process.pid, model), args.perf_s, out)
+                row = measure(server, model, data[model], args.rate, None,
+                              int(args.perf_s * 1000) - 1000)
+                spy.wait()
+                perf[name] = (read_perf(out), row)
     return rows, perf
 
 

@@ -18,8 +18,8 @@ def read_config(folder: str):
 
 def test_a_variant_from_another_tree_imports_that_tree_first(tmp_path):
     tree = tmp_path / "other_tree"
-    folder = variant_model(str(tmp_path), str(tree), {"sidecar": "off"}, "flat")
-    assert os.path.basename(folder) == VARIANT
+    assert variant_model(str(tmp_path), str(tree), {"sidecar": "off"}, "flat") == VARIANT
+    folder = str(tmp_path / VARIANT)
     source = (tmp_path / VARIANT / "1" / "model.py").read_text()
     lines = source.splitlines()
     assert lines[:2] == ["import sys", f"sys.path.insert(0, {str(tree)!r})"]
@@ -31,7 +31,8 @@ def test_a_variant_from_another_tree_imports_that_tree_first(tmp_path):
 
 
 def test_a_variant_without_a_tree_runs_the_shipped_code(tmp_path):
-    folder = variant_model(str(tmp_path), None, {}, "flat")
+    assert variant_model(str(tmp_path), None, {}, "flat") == VARIANT
+    folder = str(tmp_path / VARIANT)
     assert "sys.path" not in (tmp_path / VARIANT / "1" / "model.py").read_text()
     assert read_config(folder).name == VARIANT
 
