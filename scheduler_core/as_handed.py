@@ -7,6 +7,7 @@ it reads the scheduler's own configuration, estimator, control loop and queue.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 from .contract import Reason
@@ -121,9 +122,14 @@ class AsHandedRule:
         loop = self.controller
         if not batch:
             return
-        tightest = min(batch, key=lambda r: r.sla_ms)
+        # One loop, no generator: this runs once per call on the server's path.
+        tightest, first_deadline_s = batch[0], math.inf
+        for r in batch:
+            if r.sla_ms < tightest.sla_ms:
+                tightest = r
+            first_deadline_s = min(first_deadline_s, r.deadline_s)
         loop.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
-        loop.tick(now_s, _HandedOver(len(batch), min(r.deadline_s for r in batch)))
+        loop.tick(now_s, _HandedOver(len(batch), first_deadline_s))
         self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
 
     def _whole_ms(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
@@ -139,7 +145,7 @@ class AsHandedRule:
         if (former not in ("fifo", "length_aware") or state.compensation_size > 0
                 or self.overloaded):
             return None
-        squared = sum(k * k for k in lengths)
+        squared = sum(map(operator.mul, lengths, lengths))
         batch_ms = est.estimate_parts_ms(n, longest, real, squared)
         margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
         if now_s + batch_ms / 1000.0 > first_deadline_s - margin_s:

@@ -175,13 +175,16 @@ class Controller:
         it a batch late, while the next one runs (``runner.Runner``): nothing decided
         reads these windows before the perception period's next tick."""
         if succeeded and served.seq_lens:
-            latency_ms = [(now_s - arrival) * 1000.0 for arrival in served.arrivals_s]
-            slas = served.slas_ms
+            latency_ms, ratios, met = [], [], 0
+            for arrival, sla in zip(served.arrivals_s, served.slas_ms):  # one pass a batch
+                latency = (now_s - arrival) * 1000.0
+                latency_ms.append(latency)
+                ratios.append(latency / sla)
+                met += latency <= sla
             self.latencies.add_many(now_s, latency_ms)
-            self.sla_ratios.add_many(now_s, [lat / sla for lat, sla in zip(latency_ms, slas)])
-            met = sum(1 for lat, sla in zip(latency_ms, slas) if lat <= sla)
+            self.sla_ratios.add_many(now_s, ratios)
             self.sla_met += met
-            self.sla_missed += len(slas) - met
+            self.sla_missed += len(ratios) - met
 
     def on_dispatch(self, size: int, compensation: bool) -> None:
         """A batch of ``size`` went: the running batch size; ``compensation``: it was

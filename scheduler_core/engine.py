@@ -134,21 +134,24 @@ class Engine:
                  ) -> float | None:
         """``take_whole`` before the hand-over's SLAs are read, from its ``lengths`` (all
         arrived at ``arrival_s``; ``Scheduler.launches_as_handed``): the batch's estimate
-        (ms) where the caller launches it at once, then has its step (``launched_step``)
-        and reports it with the members' SLAs (``took_whole``) before it is reported
-        started; None: nothing changed. A policy without that rule launches none."""
+        (ms) where the caller launches it at once, then reports it with the members' SLAs
+        (``launched_step``, ``took_launched``); None: nothing changed. A policy without
+        that rule launches none."""
         rule = getattr(self.policy, "launches_as_handed", None)
         return None if rule is None or not lengths else rule(now_s, lengths, arrival_s)
 
     def launched_step(self, batch: Sequence[QueuedRequest], estimated_ms: float) -> Step:
-        """The step for what ``launches`` launched (``batch``: its members, their SLAs not
-        read yet), to bracket like any other."""
+        """The step for what ``launches`` launched (``estimated_ms``): ``batch``, its
+        members with their SLAs (those refused at once have left), to bracket like any
+        other once ``took_launched`` reported it."""
         return self._as_handed(batch, estimated_ms)
 
-    def took_whole(self, step: Step, batch: Sequence[QueuedRequest], now_s: float) -> None:
-        """``launched_step``'s ``step``, decided at ``now_s`` and launched: ``batch``, its
-        members with their SLAs (those refused at once have left)."""
-        self.policy.took_as_handed(now_s, batch, step.estimated_ms, step.decision.mode)
+    def took_launched(self, step: Step, now_s: float, started_s: float) -> None:
+        """``launched_step``'s ``step``, decided at ``now_s`` and started on the device at
+        ``started_s``: one entry for both reports, taken (with its members' SLAs) and
+        ``started``."""
+        self.policy.took_as_handed(now_s, step.batch, step.estimated_ms, step.decision.mode)
+        self.policy.batch_started(step.batch, started_s)
 
     def _as_handed(self, batch: Sequence[QueuedRequest], estimated_ms: float | None
                    ) -> Step | None:

@@ -149,8 +149,7 @@ class HoldDriver:
         whole = call = None
         if launched is not None:
             record.decoded_s, record.launched_first = read_s, True
-            whole, call = self._run_launched(requests, tickets, read[0], read[1], arrival, now,
-                                             launched)
+            whole, call = self._run_launched(requests, tickets, read[0], arrival, now, launched)
         else:
             call = decode_call(requests, runner.contract, tickets, arrival, self._clock(),
                                self._default_sla_ms, self._ids, self._is_wake,
@@ -181,16 +180,12 @@ class HoldDriver:
         return returned
 
     def _run_launched(self, requests: Sequence, tickets: list[Ticket], read: list[dict],
-                      sequences: list, arrival: float, now: float, launched: Launched):
-        """The call launched first (``launched``, its ``sequences``), beside the device:
-        its members, then the rest decoded (``decode_call`` with ``read``) and ended as a
-        decoded call's would (``_end_at_once``; the batch's answers to those keep theirs),
-        then the batch run on as any (``Runner.run_launched``). Returns what ran and the
-        decoded call (None if the step failed before it decoded)."""
-        for ticket, sequence in zip(tickets, sequences):
-            ticket.input_ids = sequence
-        members = [QueuedRequest(next(self._ids), len(s), arrival, math.inf, t)
-                   for t, s in zip(tickets, sequences)]  # SLAs not read yet
+                      arrival: float, now: float, launched: Launched):
+        """The call launched first (``launched``: the sequences ``read``), beside the device:
+        the rest decoded (``decode_call`` with ``read``) and ended as a decoded call's would
+        (``_end_at_once``; the batch's answers to those are dropped), the rest served by
+        the batch (``Runner.run_launched``). Returns what ran and the decoded call (None
+        where the step failed before the engine heard it: every request answered)."""
         decoded: list[DecodedCall] = []
 
         def complete() -> list[QueuedRequest]:
@@ -200,14 +195,16 @@ class HoldDriver:
             self._end_at_once(call)
             return call.queued
 
-        ran = self.runner.run_launched(members, now, launched, complete)
-        return ran, (decoded[0] if decoded else None)
+        ran = self.runner.run_launched(tickets, now, launched, complete)
+        return ran, (decoded[0] if decoded and ran is not None else None)
 
     def _end_at_once(self, call: DecodedCall) -> None:
         """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""
         runner = self.runner
-        runner.answers.refuse_each(call.invalid, "invalid_input")
-        runner.answers.refuse_each(call.failed, "decode_failed")
+        if call.invalid:
+            runner.answers.refuse_each(call.invalid, "invalid_input")
+        if call.failed:
+            runner.answers.refuse_each(call.failed, "decode_failed")
         if call.expired:
             runner.answers.refuse_each(call.expired, "timed_out")
             with runner.cond:  # late, for the scheduler's late share

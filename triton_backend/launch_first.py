@@ -8,15 +8,33 @@ step and its counts come beside the device (``run_launched``). ``HoldDriver`` dr
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
-from scheduler_core.engine import Step
-from scheduler_core.request import QueuedRequest
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
+from scheduler_core.engine import AS_HANDED, Step
+from scheduler_core.request import QueuedRequest, Served
+
+from .answers import Ticket, answer_all, embedding_response
 from .executors import FailedLaunch, Launched, launch
+from .metric_catalog import SIDECAR_DISABLED
 
-if TYPE_CHECKING:
-    from .runner import Ran
+
+@dataclass(frozen=True)
+class Ran:
+    """What one ``Runner.step`` did: its time, the engine's step, the arrivals counted
+    when it was taken, when its batch started (None: no batch), the sidecar's health it
+    perceived (for the metric), and its batch's run on the executor (s; 0 where none ran:
+    the timeline's device share)."""
+
+    now_s: float
+    step: Step
+    arrivals_seen: int
+    started_s: float | None
+    sidecar_health: float = SIDECAR_DISABLED
+    executor_s: float = 0.0
 
 
 class LaunchFirst:
@@ -28,10 +46,11 @@ class LaunchFirst:
         takes them as one batch from their lengths alone (``Engine.launches``): nothing
         else comes before the launch. None: nothing ran, decode the call whole. What ran
         goes on in ``run_launched``."""
-        lengths = [len(s) for s in sequences]
+        lengths = list(map(len, sequences))
         with self.cond:
-            estimated_ms = None if self.stopping else self.engine.launches(now, lengths,
-                                                                           arrival_s)
+            # The test hook's fault fires in a batch's step: its calls take that path.
+            estimated_ms = (None if self.stopping or self._loop_fault_token
+                            else self.engine.launches(now, lengths, arrival_s))
         if estimated_ms is None:
             return None
         launched_s = self._clock()
@@ -41,30 +60,74 @@ class LaunchFirst:
             flight = FailedLaunch(exc)
         return Launched(flight, launched_s, estimated_ms)
 
-    def run_launched(self, batch: list[QueuedRequest], now: float, launched: Launched,
-                     complete: Callable[[], list[QueuedRequest]]) -> "Ran":
-        """``launch_first``'s batch, beside the device: ``batch``, its members (their
-        SLAs not read yet), bracketed as any batch from its launch on; right away
-        ``complete`` decodes the rest, answers what ends at once and returns the members
-        the batch serves, with their SLAs; the engine hears them (``took_whole``) before it
-        hears the batch started."""
-        from .runner import Ran  # the runner's own record of a step (it imports this)
-        with self.cond:
-            health = self.step_perception.read(now)[1]
-            step = self.engine.launched_step(batch, launched.estimated_ms)
-        self.log.zone_change(step.decision.zone, step.decision.mode,
-                             self.scheduler.formers[step.decision.mode].name, now)
-        started = self._run(step, now, complete=functools.partial(self._took, step, now,
-                                                                  complete),
-                            launched=launched)
-        return Ran(now, step, self.arrivals, started, health, self.executor_s)
+    def run_launched(self, tickets: Sequence[Ticket], now: float, launched: Launched,
+                     complete: Callable[[], list[QueuedRequest]]) -> Ran | None:
+        """``launch_first``'s batch, beside the device, in one pass: ``complete`` decodes
+        the call's requests (``tickets``, in the batch's order), answers what ends at once
+        and returns the members the batch serves, with their SLAs; the engine hears them
+        taken and started (``Engine.took_launched``, one entry); the device's rows answer
+        the tickets by position (one answered already keeps its answer); the engine hears
+        the end at its next entry and the rest of the feedback while the next batch runs
+        (``Deferred``), as any batch's (``Runner._run_batch``). None: it failed before
+        the engine heard it (every request answered INTERNAL)."""
+        started, served, step, began, ok = launched.launched_s, [], None, False, False
+        health = self.step_perception.read(now)[1]
+        self.executor_s = 0.0
+        try:
+            # Those answered since they were decoded (a timeout the guard enforced) left.
+            served = complete()
+            for member in served:  # a loop: a generator is one more code object a call loads
+                if member.handle.answered:
+                    served = [q for q in served if not q.handle.answered]
+                    break
+            with self.cond:
+                self._hear_ended()  # before the engine's tick reads the device's busy time
+                step = self.engine.launched_step(served, launched.estimated_ms)
+                self.engine.took_launched(step, now, started)
+                self.arrivals += len(served)
+            began = True
+            self.log.zone_change(step.decision.zone, step.decision.mode,
+                                 self.scheduler.formers[step.decision.mode].name, now)
+            running = self.watchdog.watch(served, started, launched.estimated_ms)
+            self.deferred.run_all()  # the last batch's feedback, while this one runs
+            ok = self._answer_launched(tickets, launched, running)
+        except Exception:  # its requests are answered below (INTERNAL); the driver goes on
+            self.step_failed()
+        finally:
+            self.watchdog.clear()
+        if ok:  # heard at the next entry (``_hear_ended``) and while the next batch runs
+            done = self._ended_s = self._clock()
+            self.deferred.add(functools.partial(self._observe, Served.of(served), AS_HANDED,
+                                                started, done))
+        else:  # what the failure left unanswered (where ok, every ticket is answered)
+            self.answers.refuse([t for t in tickets if not t.answered], "step_failed",
+                                "scheduler loop failed while handling this request")
+            if began:  # bracketed as a batch that never finished normally
+                self.metrics.on_batch([r.seq_len for r in served], AS_HANDED)
+                self._finished(served, started, ok=False)
+        return None if step is None else Ran(now, step, self.arrivals, started, health,
+                                             self.executor_s)
 
-    def _took(self, step: Step, now: float,
-              complete: Callable[[], list[QueuedRequest]]) -> list[QueuedRequest]:
-        """``launch_first``'s batch is on the device: its members with their SLAs, told."""
-        served = [q for q in complete() if not q.handle.answered]  # cancelled meanwhile
-        with self.cond:
-            self._hear_ended()  # before the engine's tick reads the device's busy time
-            self.engine.took_whole(step, served, now)
-            self.arrivals += len(served)
-        return served
+    def _answer_launched(self, tickets: Sequence[Ticket], launched: Launched,
+                         running) -> bool:
+        """The launched batch's result, row i answering ``tickets[i]``; False where it
+        failed (its requests refused) or the watchdog answered it (the rows dropped)."""
+        flight = launched.flight
+        try:
+            rows = np.asarray(flight.result())
+        except Exception as exc:  # fail this batch's requests, keep the driver going
+            pb_utils.Logger.log_error(
+                f"{self.model_name}: batch of {len(tickets)} failed: {exc}")
+            self.answers.refuse([t for t in tickets if not t.answered], "batch_failed",
+                                f"inference failed: {exc}")
+            self.metrics.on_event("batch_failures_total")
+            return False
+        self.executor_s = (self._clock() - launched.launched_s if flight.waited
+                           else flight.device_s)
+        if running.hung:  # the watchdog answered its requests; the late rows are dropped
+            pb_utils.Logger.log_warn(
+                f"{self.model_name}: the batch the watchdog failed returned after "
+                f"{self._clock() - launched.launched_s:.1f} s; serving again")
+            return False
+        answer_all(tickets, map(embedding_response, rows[:, None]))  # row i as [1, dim]
+        return True

@@ -26,7 +26,6 @@ import functools
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -39,33 +38,17 @@ from scheduler_core.request import QueuedRequest, Served
 from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
 from .bls import call_timeout_s
 from .deferred import Deferred
-from .executors import Launched, launch
-from .launch_first import LaunchFirst
+from .executors import launch
+from .launch_first import LaunchFirst, Ran
 from .sidecar_sample import Perception
 from .stats_log import StatsLog
 from .timeout_guard import TimeoutGuard
 from .watchdog import Watchdog
 from .control_metrics import ControlMetrics
-from .metric_catalog import (HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S,
-                             SIDECAR_DISABLED)
+from .metric_catalog import HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
 
 WhileRunning = Callable[[float, float], None]  # host work beside a batch: (start, estimate ms)
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What one ``Runner.step`` did: its time, the engine's step, the arrivals counted
-    when it was taken, when its batch started (None: no batch), the sidecar's health it
-    perceived (for the metric), and its batch's run on the executor (s; 0 where none ran:
-    the timeline's device share)."""
-
-    now_s: float
-    step: Step
-    arrivals_seen: int
-    started_s: float | None
-    sidecar_health: float = SIDECAR_DISABLED
-    executor_s: float = 0.0
 
 
 class Runner(LaunchFirst):
@@ -186,27 +169,22 @@ class Runner(LaunchFirst):
         started = self._run(step, now)
         return Ran(now, step, self.arrivals, started, health, self.executor_s)
 
-    def _run(self, step: Step, now: float, while_running: WhileRunning | None = None,
-             complete: Callable[[], list[QueuedRequest]] | None = None,
-             launched: Launched | None = None) -> float:
+    def _run(self, step: Step, now: float, while_running: WhileRunning | None = None
+             ) -> float:
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when
-        it started. An exception is counted and logged (``step_failed``), not raised.
-        ``complete`` and ``launched`` (``run_launched``): the batch launched already, and
-        right after the launch, the members the engine hears ran."""
+        it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
         started, finished, self._began, self._fed = now, False, False, batch
         self.executor_s = 0.0
         try:
-            kept = self._drop_cancelled(batch, now)
-            batch = kept if launched is None else batch  # launched: answered in its order
-            started = self._clock() if launched is None else launched.launched_s
+            batch = self._drop_cancelled(batch, now)
+            started = self._clock()
             if self._loop_fault_token and any(
                     self._loop_fault_token in r.handle.input_ids for r in batch):
-                self._fed = complete() if complete is not None else batch
-                self._start(self._fed, started)
+                self._fed = batch
+                self._start(batch, started)
                 raise RuntimeError("injected scheduler-loop fault (loop_fault_token)")
-            self._run_batch(batch, started, step.former, step.estimated_ms, while_running,
-                            complete, launched)
+            self._run_batch(batch, started, step.former, step.estimated_ms, while_running)
             finished = True
         except Exception:  # its members are answered below (INTERNAL); the driver goes on
             self.step_failed()
@@ -284,16 +262,11 @@ class Runner(LaunchFirst):
 
     # -- running a batch --------------------------------------------------------------
     def _run_batch(self, batch: Sequence[QueuedRequest], started: float, former: str,
-                   estimated_ms: float = 0.0, while_running: WhileRunning | None = None,
-                   complete: Callable[[], list[QueuedRequest]] | None = None,
-                   launched: Launched | None = None) -> None:
-        """``batch`` on the executor, answered; the engine hears ``_fed`` ran: the batch,
-        or with ``complete`` what it returns after the launch (the answers still go by
-        ``batch``: a member it answered keeps that answer)."""
+                   estimated_ms: float = 0.0, while_running: WhileRunning | None = None
+                   ) -> None:
+        """``batch`` on the executor, answered and bracketed (the engine hears ``_fed``)."""
         self._fed = batch
         if not batch:  # every member was cancelled
-            if complete is not None:
-                self._fed = complete()
             self._start(self._fed, started)
             self._finished(self._fed, started, ok=False)
             return
@@ -301,16 +274,11 @@ class Runner(LaunchFirst):
         running = self.watchdog.watch(batch, started, estimated_ms)
         try:
             try:
-                if launched is None:
-                    timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
-                                               estimated_ms, running.bound_s)
-                    launched_s = self._clock()
-                    flight = self._launch_executor(batch, timeout_s)
-                else:
-                    launched_s, flight = launched.launched_s, launched.flight
+                timeout_s = call_timeout_s(max(r.deadline_s for r in batch), started,
+                                           estimated_ms, running.bound_s)
+                launched_s = self._clock()
+                flight = self._launch_executor(batch, timeout_s)
             finally:  # on the device, or it failed to get there
-                if complete is not None:
-                    self._fed = complete()
                 self._start(self._fed, started)
             # The device runs the batch: the host does what can wait for it meanwhile.
             self.deferred.run_all()

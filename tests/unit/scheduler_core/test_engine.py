@@ -160,3 +160,30 @@ def test_a_quiet_hand_over_is_taken_whole_as_one_step_and_a_baseline_takes_none(
     assert step.former == AS_HANDED and step.estimated_ms > 0 and step.wake_at_s is None
     assert Engine(NativeBatcher(max_batch_size=8)).take_whole(batch, 10.0) is None
     assert engine.take_whole([], 10.0) is None
+
+
+def test_a_launched_hand_over_is_reported_in_one_entry_as_a_taken_one_is_in_two():
+    """Twins: one launches a hand-over from its lengths (``launches``), then reports it
+    with its SLAs, taken and started, in one entry (``launched_step``, ``took_launched``);
+    the other takes it whole and hears it started. Same step, same counts and arrivals,
+    the device busy from the same start; the SLA floor follows the members."""
+    launcher, taker = Engine(Scheduler.from_profile(t4())), Engine(Scheduler.from_profile(t4()))
+    first = [QueuedRequest(k, 16, 9.0, 10_000.0) for k in range(3)]
+    for engine in (launcher, taker):  # the floor: an SLA heard before
+        engine.started(engine.take_whole(first, 9.0).batch, 9.0)
+        engine.ended(9.01)
+    batch = [QueuedRequest(10 + k, 16, 9.999, 5_000.0) for k in range(4)]
+
+    estimate = launcher.launches(10.0, [r.seq_len for r in batch], 9.999)
+    step = launcher.launched_step(batch, estimate)
+    launcher.took_launched(step, 10.0, 10.002)
+    taken = taker.take_whole(batch, 10.0)
+    taker.started(taken.batch, 10.002)
+
+    assert step.batch == taken.batch and step.former == taken.former == AS_HANDED
+    assert step.estimated_ms == taken.estimated_ms
+    one, other = launcher.policy, taker.policy
+    assert one.counts == other.counts
+    assert one.controller.arrivals.rate_rps(10.0) == other.controller.arrivals.rate_rps(10.0)
+    assert one.controller.busy.utilization(10.01) == other.controller.busy.utilization(10.01)
+    assert one.controller.sla_floor_ms == 5_000.0
