@@ -201,10 +201,8 @@ class HoldDriver:
     def _end_at_once(self, call: DecodedCall) -> None:
         """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""
         runner = self.runner
-        if call.invalid:
-            runner.answers.refuse_each(call.invalid, "invalid_input")
-        if call.failed:
-            runner.answers.refuse_each(call.failed, "decode_failed")
+        runner.answers.refuse_each(call.invalid, "invalid_input")
+        runner.answers.refuse_each(call.failed, "decode_failed")
         if call.expired:
             runner.answers.refuse_each(call.expired, "timed_out")
             with runner.cond:  # late, for the scheduler's late share

@@ -95,16 +95,11 @@ class LaunchFirst:
             self.step_failed()
         finally:
             self.watchdog.clear()
-        if ok:  # heard at the next entry (``_hear_ended``) and while the next batch runs
-            done = self._ended_s = self._clock()
-            self.deferred.add(functools.partial(self._observe, Served.of(served), AS_HANDED,
-                                                started, done))
-        else:  # what the failure left unanswered (where ok, every ticket is answered)
+        if not ok:  # what the failure left unanswered (where ok, every ticket is answered)
             self.answers.refuse([t for t in tickets if not t.answered], "step_failed",
                                 "scheduler loop failed while handling this request")
-            if began:  # bracketed as a batch that never finished normally
-                self.metrics.on_batch([r.seq_len for r in served], AS_HANDED)
-                self._finished(served, started, ok=False)
+        if began:
+            self._batch_over(served, AS_HANDED, started, ok)
         return None if step is None else Ran(now, step, self.arrivals, started, health,
                                              self.executor_s)
 
@@ -112,22 +107,48 @@ class LaunchFirst:
                          running) -> bool:
         """The launched batch's result, row i answering ``tickets[i]``; False where it
         failed (its requests refused) or the watchdog answered it (the rows dropped)."""
-        flight = launched.flight
+        rows = None
         try:
-            rows = np.asarray(flight.result())
+            rows = np.asarray(launched.flight.result())
+            self.executor_s = self._executor_run_s(launched.flight, launched.launched_s)
         except Exception as exc:  # fail this batch's requests, keep the driver going
-            pb_utils.Logger.log_error(
-                f"{self.model_name}: batch of {len(tickets)} failed: {exc}")
-            self.answers.refuse([t for t in tickets if not t.answered], "batch_failed",
-                                f"inference failed: {exc}")
-            self.metrics.on_event("batch_failures_total")
-            return False
-        self.executor_s = (self._clock() - launched.launched_s if flight.waited
-                           else flight.device_s)
+            self._batch_failed([t for t in tickets if not t.answered], exc)
+        self.watchdog.clear()  # as in ``Runner._run_batch``: the watchdog is done with it
         if running.hung:  # the watchdog answered its requests; the late rows are dropped
-            pb_utils.Logger.log_warn(
-                f"{self.model_name}: the batch the watchdog failed returned after "
-                f"{self._clock() - launched.launched_s:.1f} s; serving again")
+            self._hung_returned(launched.launched_s)
+            return False
+        if rows is None:
+            self.metrics.on_event("batch_failures_total")
             return False
         answer_all(tickets, map(embedding_response, rows[:, None]))  # row i as [1, dim]
         return True
+
+    # -- a batch's end, for both paths (``Runner._run_batch``'s too) --------------------
+    def _executor_run_s(self, flight, launched_s: float) -> float:
+        """The batch's run on the executor (``Ran.executor_s``): where the wait returned
+        (as native's run is timed), else the flight's own span."""
+        return self._clock() - launched_s if flight.waited else flight.device_s
+
+    def _batch_failed(self, tickets: Sequence[Ticket], exc: Exception) -> None:
+        """The executor raised: the batch's requests (``tickets``, unanswered) refused,
+        the failure logged."""
+        pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(tickets)} failed: {exc}")
+        self.answers.refuse(tickets, "batch_failed", f"inference failed: {exc}")
+
+    def _hung_returned(self, started_s: float) -> None:
+        pb_utils.Logger.log_warn(
+            f"{self.model_name}: the batch the watchdog failed returned after "
+            f"{self._clock() - started_s:.1f} s; serving again")
+
+    def _batch_over(self, members: Sequence[QueuedRequest], former: str, started: float,
+                    ok: bool) -> None:
+        """The bracket's end of a batch the engine heard started (``members``): one that
+        succeeded is heard ended at the engine's next entry (``_hear_ended``) and observed
+        while the next batch runs (``Deferred``); any other finished at once, not ok."""
+        if ok:
+            done = self._ended_s = self._clock()
+            self.deferred.add(functools.partial(self._observe, Served.of(members), former,
+                                                started, done))
+            return
+        self.metrics.on_batch([r.seq_len for r in members], former)
+        self._finished(members, started, ok=False)

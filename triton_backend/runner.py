@@ -286,30 +286,20 @@ class Runner(LaunchFirst):
                 self.deferred.guarded(while_running, started, estimated_ms)
             out = flight.result()
             builders = self._builders(out)
-            # Waited: it ran until the wait returned (as native's run is timed); else its span.
-            self.executor_s = self._clock() - launched_s if flight.waited else flight.device_s
+            self.executor_s = self._executor_run_s(flight, launched_s)
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
-            pb_utils.Logger.log_error(f"{self.model_name}: batch of {len(batch)} failed: {exc}")
-            self.refuse(batch, "batch_failed", f"inference failed: {exc}")
+            self._batch_failed([r.handle for r in batch], exc)
         finally:
             self.watchdog.clear()
         if running.hung:  # the watchdog answered its requests; the late results are dropped
-            pb_utils.Logger.log_warn(
-                f"{self.model_name}: the batch the watchdog failed returned after "
-                f"{self._clock() - started:.1f} s; serving again")
+            self._hung_returned(started)
             succeeded = False
-        elif succeeded:
+        elif succeeded:  # handed to the responder, or returned with the call
             answer_all([r.handle for r in batch], builders)
-            # Handed to the responder, or returned with the call; heard at the next entry.
-            done = self._ended_s = self._clock()
-            self.deferred.add(functools.partial(self._observe, Served.of(self._fed), former,
-                                                started, done))
-            return
         else:
             self.metrics.on_event("batch_failures_total")
-        self.metrics.on_batch([r.seq_len for r in self._fed], former)
-        self._finished(self._fed, started, succeeded)
+        self._batch_over(self._fed, former, started, succeeded)
 
     def _observe(self, served: Served, former: str, started: float, done: float) -> None:
         """A batch that succeeded, its deferred bookkeeping: metrics, the engine's feedback."""
