@@ -82,7 +82,8 @@ class AsHandedRule:
         self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
-        batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms)
+        batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms,
+                                  min(r.arrival_s for r in batch))
         if batch_ms is not None:  # every member ends in time: the smallest SLA a feasible one
             self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
         return batch_ms
@@ -109,7 +110,7 @@ class AsHandedRule:
             return None
         tightest = self.controller.state.tightest_sla_ms
         return self._whole_ms(now_s, lengths, arrival_s + floor / 1000.0,
-                              min(tightest, floor) if tightest else floor)
+                              min(tightest, floor) if tightest else floor, arrival_s)
 
     def took_as_handed(self, now_s: float, batch: Sequence[QueuedRequest], batch_ms: float,
                        mode) -> None:
@@ -133,31 +134,77 @@ class AsHandedRule:
         self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
 
     def _whole_ms(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
-                  tightest_sla_ms: float | None) -> float | None:
+                  tightest_sla_ms: float | None, oldest_arrival_s: float) -> float | None:
         """The hand-over's estimate (ms) where the control state as it is forms it whole,
-        every member in time by ``first_deadline_s`` (``takes_as_handed``'s conditions
-        after the first); None where not."""
+        every member in time by ``first_deadline_s`` (none arrived before
+        ``oldest_arrival_s``; ``takes_as_handed``'s conditions after the first); None
+        where not."""
         cfg, est, state = self.cfg, self.estimator, self.controller.state
         n, longest, real = len(lengths), max(lengths), sum(lengths)
         if n * longest > cfg.max_batch_tokens:
             return None
-        former = self.formers[state.mode].name
-        if (former not in ("fifo", "length_aware") or state.compensation_size > 0
-                or self.overloaded):
+        former = self.formers[state.mode]
+        if state.compensation_size > 0 or self.overloaded:
+            return None
+        if former.name == "length_aware_emergency":
+            if not self._emergency_forms_whole(former, now_s, lengths, first_deadline_s,
+                                               oldest_arrival_s):
+                return None
+        elif former.name not in ("fifo", "length_aware"):
             return None
         squared = sum(map(operator.mul, lengths, lengths))
         batch_ms = est.estimate_parts_ms(n, longest, real, squared)
         margin_s = self.control.infeasible_margin_ms * est.time_scale / 1000.0
         if now_s + batch_ms / 1000.0 > first_deadline_s - margin_s:
             return None
-        if former != "fifo":
-            if tightest_sla_ms and batch_ms > (
+        if former.name != "fifo":
+            if tightest_sla_ms and not former.emergency and batch_ms > (
                     (1.0 - self.control.reserved_capacity) * 0.5 * tightest_sla_ms):
                 return None
             if est.cost_mode == "padded" and not self._no_split_pays(
                     lengths, n, longest, real, squared):
                 return None
         return batch_ms
+
+    def _emergency_forms_whole(self, former, now_s: float, lengths: Sequence[int],
+                               first_deadline_s: float, oldest_arrival_s: float) -> bool:
+        """Whether the danger zone's emergency former (``length_aware_emergency``) keeps a
+        hand-over whole where ``_whole_ms``'s other conditions hold, as the length-aware
+        former does: neither dilution nor stopping non-critical work is on, and it opens
+        no urgent lane of small batches (``LengthAwareFormer._limits``). The lane opens
+        only for a queue short of a full batch whose most urgent member is urgent and
+        where small batches pay at that member's length; its SLAs may not be read yet (a
+        launch first), so neither is asked of one member: of the lengths, small batches
+        pay at none; of the urgency, an upper bound (the first deadline, the longest
+        lone run, the oldest arrival) stays below ``urgent_threshold``. Not on a padded
+        measured table (the emergency scan may split there). In steady load
+        near the danger zone's bound that is most hand-overs: the emergency policy would
+        change no batch, and the call takes the path a safe one takes."""
+        ctl, cfg, est = self.control, self.cfg, self.estimator
+        if ctl.dilution or ctl.emergency_stop_noncritical:
+            return False
+        if est.table is not None and est.cost_mode == "padded":
+            # Its scan leaves a candidate out past the table's launch-bound region, and
+            # without the length-aware former's cheapest plan nothing puts it back.
+            return False
+        n, longest = len(lengths), max(lengths)
+        if n >= cfg.max_batch_size:
+            return True
+        # On the formula, a full batch's cost over a small one's, and a lone run's cost,
+        # grow with the length: the longest answers for all. A (ragged) table is asked
+        # each length.
+        distinct = (longest,) if est.table is None else set(lengths)
+        if not any(map(former._small_batches_pay, distinct)):
+            return True
+        decay, unit = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms
+        if not (0.0 < decay < 1.0 and unit > 0.0):
+            return False
+        alone_ms = max(est.base_uniform_ms(1, length) for length in distinct)
+        slack_ms = (first_deadline_s - now_s) * 1000.0 - alone_ms * est.correction
+        if slack_ms < 0.0:
+            return False
+        urgency = decay ** (slack_ms / unit) + ctl.aging_per_s * (now_s - oldest_arrival_s)
+        return urgency < ctl.urgent_threshold * (1.0 - 1e-9)
 
     def count_taken(self) -> None:
         """Count the hand-over ``takes_as_handed`` took last, once: its arrivals (the

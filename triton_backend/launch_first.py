@@ -72,7 +72,7 @@ class LaunchFirst:
         the engine heard it (every request answered INTERNAL)."""
         started, served, step, began, ok = launched.launched_s, [], None, False, False
         health = self.step_perception.read(now)[1]
-        self.executor_s = 0.0
+        self.executor_s, self._device_free_s = 0.0, None
         try:
             # Those answered since they were decoded (a timeout the guard enforced) left.
             served = complete()
@@ -110,7 +110,7 @@ class LaunchFirst:
         rows = None
         try:
             rows = np.asarray(launched.flight.result())
-            self.executor_s = self._executor_run_s(launched.flight, launched.launched_s)
+            self._executor_ran(launched.flight, launched.launched_s)
         except Exception as exc:  # fail this batch's requests, keep the driver going
             self._batch_failed([t for t in tickets if not t.answered], exc)
         self.watchdog.clear()  # as in ``Runner._run_batch``: the watchdog is done with it
@@ -124,10 +124,12 @@ class LaunchFirst:
         return True
 
     # -- a batch's end, for both paths (``Runner._run_batch``'s too) --------------------
-    def _executor_run_s(self, flight, launched_s: float) -> float:
+    def _executor_ran(self, flight, launched_s: float) -> None:
         """The batch's run on the executor (``Ran.executor_s``): where the wait returned
-        (as native's run is timed), else the flight's own span."""
-        return self._clock() - launched_s if flight.waited else flight.device_s
+        (as native's run is timed), else the flight's own span; and where the device went
+        free (``_batch_over``)."""
+        self.executor_s = self._clock() - launched_s if flight.waited else flight.device_s
+        self._device_free_s = launched_s + self.executor_s
 
     def _batch_failed(self, tickets: Sequence[Ticket], exc: Exception) -> None:
         """The executor raised: the batch's requests (``tickets``, unanswered) refused,
@@ -144,9 +146,17 @@ class LaunchFirst:
                     ok: bool) -> None:
         """The bracket's end of a batch the engine heard started (``members``): one that
         succeeded is heard ended at the engine's next entry (``_hear_ended``) and observed
-        while the next batch runs (``Deferred``); any other finished at once, not ok."""
+        while the next batch runs (``Deferred``); any other finished at once, not ok.
+
+        The engine hears the end where the device went free (``_executor_ran``), not
+        where the host finished answering: its busy share is the utilisation the zones
+        read, and the host's answers after the device's end are not the device's load
+        (NVML's utilisation, where the sidecar has it, counts kernels alone too). Its
+        members' latencies end at ``done``, when their answers were built."""
         if ok:
-            done = self._ended_s = self._clock()
+            done = self._clock()
+            free_s = self._device_free_s
+            self._ended_s = done if free_s is None else min(free_s, done)
             self.deferred.add(functools.partial(self._observe, Served.of(members), former,
                                                 started, done))
             return

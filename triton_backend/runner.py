@@ -88,6 +88,7 @@ class Runner(LaunchFirst):
         self._fed: Sequence[QueuedRequest] = ()  # what the engine hears the batch ran
         self._ended_s: float | None = None  # the last batch's end, not heard yet
         self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
+        self._device_free_s: float | None = None  # where it ended (``_executor_ran``)
         self.timeouts = TimeoutGuard(answers, model_name, clock)
         self.deferred = Deferred(self.step_failed)  # finished batches' bookkeeping
 
@@ -175,7 +176,7 @@ class Runner(LaunchFirst):
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
         started, finished, self._began, self._fed = now, False, False, batch
-        self.executor_s = 0.0
+        self.executor_s, self._device_free_s = 0.0, None
         try:
             batch = self._drop_cancelled(batch, now)
             started = self._clock()
@@ -286,7 +287,7 @@ class Runner(LaunchFirst):
                 self.deferred.guarded(while_running, started, estimated_ms)
             out = flight.result()
             builders = self._builders(out)
-            self.executor_s = self._executor_run_s(flight, launched_s)
+            self._executor_ran(flight, launched_s)
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going
             self._batch_failed([r.handle for r in batch], exc)

@@ -604,6 +604,42 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     second forms that very batch, whole, refusing none, with the same estimate, and both
     measure the same late share; where it declines, it queued nothing and counted no
     arrival."""
+    _taken_only_where_formed_whole(name, cost_mode, control, history, call, slowdown)
+
+
+# Hand-overs the danger zone's emergency policy may keep whole: lengths short and long
+# (small batches pay past about 20 tokens on the flat profile), SLAs from urgent to loose.
+danger_hand_over = st.tuples(
+    st.one_of(st.lists(st.integers(1, 32), min_size=1, max_size=16),
+              st.lists(st.integers(1, 512), min_size=1, max_size=70)),
+    st.one_of(st.just([10_000.0] * 70),
+              st.lists(st.sampled_from([50.0, 100.0, 200.0]), min_size=70, max_size=70),
+              st.lists(st.sampled_from([8.0, 15.0, 50.0, 200.0]), min_size=70, max_size=70)),
+    st.floats(0.0, 20.0))
+
+
+def in_the_danger_zone(test):
+    """The property tests' twins in the danger zone (control ``emergency``): any profile
+    and cost mode, a short history, one call."""
+    return settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])(given(
+        name=st.sampled_from(["t4", "a100", "h200_minilm", "flat"]),
+        cost_mode=st.sampled_from(["padded", "ragged"]),
+        history=st.lists(danger_hand_over, max_size=4), call=danger_hand_over,
+        slowdown=st.sampled_from([0.5, 1.0, 3.0]))(test))
+
+
+@in_the_danger_zone
+def test_in_the_danger_zone_a_hand_over_is_taken_only_where_the_emergency_policy_keeps_it(
+        name, cost_mode, history, call, slowdown):
+    """``test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole`` with
+    the danger zone's emergency policy deciding every call: where the taker takes a
+    hand-over whole, the emergency former forms that very batch (no urgent lane of small
+    batches)."""
+    _taken_only_where_formed_whole(name, cost_mode, "emergency", history, call, slowdown)
+
+
+def _taken_only_where_formed_whole(name, cost_mode, control, history, call, slowdown):
     profile = _twin_profile(name, cost_mode, control)
     history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
     taker, now = _played(profile, history, slowdown)
@@ -623,7 +659,7 @@ def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
     if estimate is None:
         assert taker.queue_depth == 0 and taker.controller.arrivals.rate_rps(now) == arrivals
         return
-    assert decision.mode != Mode.EMERGENCY and not decision.rejected
+    assert not decision.rejected
     assert sorted(r.request_id for r in decision.batch) == [r.request_id for r in batch]
     assert estimate == pytest.approx(decision.estimated_ms)
     assert taker.controller.arrivals.rate_rps(now) == arrivals + len(batch) / taker.controller.arrivals.window_s
@@ -642,6 +678,18 @@ def test_a_hand_over_launched_first_is_one_takes_as_handed_takes_whole(
     read), the other takes it as handed with its SLAs, for any SLAs at or above the floor,
     with the same estimate; once told the SLAs (``took_as_handed``) and started, the
     first has counted what the second counted. Where it declines, nothing changed."""
+    _launched_only_where_taken(name, cost_mode, control, history, call, slowdown)
+
+
+@in_the_danger_zone
+def test_in_the_danger_zone_a_hand_over_launched_first_is_one_takes_as_handed_takes_whole(
+        name, cost_mode, history, call, slowdown):
+    """``test_a_hand_over_launched_first_is_one_takes_as_handed_takes_whole`` with the
+    danger zone's emergency policy deciding every call."""
+    _launched_only_where_taken(name, cost_mode, "emergency", history, call, slowdown)
+
+
+def _launched_only_where_taken(name, cost_mode, control, history, call, slowdown):
     profile = _twin_profile(name, cost_mode, control)
     history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
     launcher, now = _played(profile, history, slowdown)
@@ -717,15 +765,26 @@ def test_submit_all_queues_a_call_as_submit_does_each_request(name, control, his
 
 def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
     """A fresh scheduler (safe zone): twenty short requests with room to spare are one
-    batch as handed; where that queue depth alone means danger (the emergency policy's
-    small batches) they are left to ``schedule``; so are they with one that the batch
-    would make late."""
+    batch as handed. Where that queue depth alone means danger, they still are: none is
+    urgent, so the emergency policy keeps them whole too. With a 7 ms SLA the most urgent
+    is urgent and small batches pay at 16 tokens on t4: the emergency policy's urgent
+    lane (a batch of ``emergency_batch_size``) is left to ``schedule``; so is a hand-over
+    with one that the batch would make late."""
     batch = [QueuedRequest(k, 16, 9.999, 10_000.0) for k in range(20)]
     shipped = Scheduler.from_profile(_twin_profile("t4", "padded", "shipped"))
     assert shipped.takes_as_handed(10.0, batch) > 0
     danger = Scheduler.from_profile(_twin_profile("t4", "padded", "emergency"))
-    assert danger.takes_as_handed(10.0, batch) is None
+    assert danger.takes_as_handed(10.0, batch) > 0
     assert danger.mode() == Mode.EMERGENCY
+    urgent = [QueuedRequest(k, 16, 10.0, 7.0) for k in range(20)]
+    danger = Scheduler.from_profile(_twin_profile("t4", "padded", "emergency"))
+    decider = Scheduler.from_profile(_twin_profile("t4", "padded", "emergency"))
+    assert danger.takes_as_handed(10.0, urgent) is None
+    for r in urgent:
+        decider.submit(r, 10.0)
+    lane = decide(decider, 10.0, flush=True)
+    assert lane.mode == Mode.EMERGENCY
+    assert len(lane.batch) == decider.control.emergency_batch_size
     late = [*batch, QueuedRequest(9, 16, 9.0, 100.0)]  # waited 1 s of its 100 ms
     assert Scheduler.from_profile(_twin_profile("t4", "padded", "shipped")).takes_as_handed(
         10.0, late) is None

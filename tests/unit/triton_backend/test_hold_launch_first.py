@@ -164,3 +164,29 @@ def test_no_floor_means_no_launch_first():
     s = Scheduler.from_profile(_twin_profile("flat", "padded", "shipped"))
     assert s.controller.sla_floor_ms == math.inf
     assert s.launches_as_handed(10.0, [16, 16], 9.999) is None
+
+
+def test_the_engine_hears_a_batch_end_where_the_device_went_free(adapter, pb_utils,
+                                                                 monkeypatch, tmp_path):
+    """The busy share the zones read is the device's: each batch's end, heard at the
+    engine's next entry, is its launch plus its run on the executor (the timeline's
+    ``executor_s``), before its answers were built (the timeline's batch end), on the
+    decoded path (the first call) and the launched one alike."""
+    monkeypatch.setenv(timeline_module.TIMELINE_ENV, str(tmp_path / "tl"))
+    model = adapter.model("hold")
+    heard: list[float] = []
+    ended = model.runner.engine.ended
+    monkeypatch.setattr(model.runner.engine, "ended",
+                        lambda now_s: (heard.append(now_s), ended(now_s))[1])
+    for k in (1, 2, 3):
+        model.execute(requests_of(pb_utils, 2, first=100 * k))
+    adapter.finalize(model)
+
+    records = timeline_module.read(str(tmp_path / "tl" / "emulated_explicit.timeline.jsonl"))
+    assert [r["launched_first"] for r in records] == [False, True, True]
+    runs = [r["batches"][0] for r in records]
+    # Heard at the next call's entry: the first two calls' batches. A launched batch's
+    # timeline starts at its launch; a decoded one's a little before (its bracket).
+    (_, _, started, ended_s, _, _, executor_s), launched = runs[0], runs[1]
+    assert started + executor_s <= heard[0] < ended_s
+    assert heard[1] == launched[2] + launched[6] < launched[3]
