@@ -629,6 +629,11 @@ def in_the_danger_zone(test):
         slowdown=st.sampled_from([0.5, 1.0, 3.0]))(test))
 
 
+# h200_minilm's padded table: the emergency scan leaves fifteen 1-token requests out of
+# a 27-token seed's batch (past the table's launch-bound region); the taker must too.
+@example(name="h200_minilm", cost_mode="padded",
+         history=[([1] * 6, [10_000.0] * 70, 0.0), ([1], [10_000.0] * 70, 0.0)],
+         call=([1] * 15 + [27], [10_000.0] * 70, 0.0), slowdown=0.5)
 @in_the_danger_zone
 def test_in_the_danger_zone_a_hand_over_is_taken_only_where_the_emergency_policy_keeps_it(
         name, cost_mode, history, call, slowdown):
