@@ -29,6 +29,23 @@ class _HandedOver:
         return self.deadline_s
 
 
+def _extremes(batch: Sequence[QueuedRequest]) -> tuple[QueuedRequest, float, float]:
+    """A hand-over's tightest member (the first with the smallest SLA), its first
+    deadline and its oldest arrival (``batch`` not empty). One loop, no generator: it
+    runs once per call on the server's path."""
+    tightest = batch[0]
+    first_deadline_s, oldest_arrival_s = tightest.deadline_s, tightest.arrival_s
+    for r in batch:
+        if r.sla_ms < tightest.sla_ms:
+            tightest = r
+        deadline_s = r.deadline_s  # a property: read once
+        if deadline_s < first_deadline_s:
+            first_deadline_s = deadline_s
+        if r.arrival_s < oldest_arrival_s:
+            oldest_arrival_s = r.arrival_s
+    return tightest, first_deadline_s, oldest_arrival_s
+
+
 class AsHandedRule:
     """``takes_as_handed`` for ``Scheduler`` (see the module docstring)."""
 
@@ -73,17 +90,16 @@ class AsHandedRule:
         lengths = [r.seq_len for r in batch]
         if n * max(lengths) > self.cfg.max_batch_tokens:
             return None
-        first_deadline = min(r.deadline_s for r in batch)
         # ``schedule`` ticks after ``submit`` registered the SLAs, so a perception on that
         # tick sees the hand-over's tightest SLA (the reserved-capacity cap follows it):
         # registered before this tick too. Only the smallest can set it; one infeasible
         # even alone is declined below anyway.
-        tightest = min(batch, key=lambda r: r.sla_ms)
+        tightest, first_deadline, oldest_arrival = _extremes(batch)
         self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
         batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms,
-                                  min(r.arrival_s for r in batch))
+                                  oldest_arrival)
         if batch_ms is not None:  # every member ends in time: the smallest SLA a feasible one
             self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
         return batch_ms
@@ -123,12 +139,7 @@ class AsHandedRule:
         loop = self.controller
         if not batch:
             return
-        # One loop, no generator: this runs once per call on the server's path.
-        tightest, first_deadline_s = batch[0], math.inf
-        for r in batch:
-            if r.sla_ms < tightest.sla_ms:
-                tightest = r
-            first_deadline_s = min(first_deadline_s, r.deadline_s)
+        tightest, first_deadline_s, _ = _extremes(batch)
         loop.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
         loop.tick(now_s, _HandedOver(len(batch), first_deadline_s))
         self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
