@@ -31,6 +31,7 @@ Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
 
 MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
 MEMO_LIMIT = 65536  # memoised lookups kept between refits
+SEGMENTS_LIMIT = 16384  # whole positions per axis whose segment is kept
 
 
 class CostTableError(ValueError):
@@ -110,14 +111,30 @@ def _fill(known: list[tuple[int, float]], x: int) -> float:
 def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
                  ms: Sequence[Sequence[float]], b: float, n: float) -> float:
     """Bilinear in (b, n) over the grid (a one-point axis is constant along it)."""
-    i, tb = _segment(batch_sizes, b)
-    j, tn = _segment(lengths, n)
-    wide = len(lengths) > 1
-    lo = _along(ms[i][j], ms[i][j + 1], tn) if wide else ms[i][0]
-    if len(batch_sizes) == 1:
+    return _bilinear(ms, _segment(batch_sizes, b), _segment(lengths, n))
+
+
+def _bilinear(ms: Sequence[Sequence[float]], along_b: tuple[int, float],
+              along_n: tuple[int, float]) -> float:
+    """``_interpolate`` from the two axes' ``_segment``s (the same float operations)."""
+    i, tb = along_b
+    j, tn = along_n
+    lo = _along_row(ms[i], j, tn)
+    if len(ms) == 1:
         return lo
-    hi = _along(ms[i + 1][j], ms[i + 1][j + 1], tn) if wide else ms[i + 1][0]
-    return _along(lo, hi, tb)
+    hi = _along_row(ms[i + 1], j, tn)
+    value = lo + (hi - lo) * tb
+    return max(value, hi) if tb > 1.0 else value
+
+
+def _along_row(row: Sequence[float], j: int, t: float) -> float:
+    """``_along`` between a grid row's cells j and j + 1, inlined (the batch former's hot
+    path); a one-cell row is constant."""
+    if len(row) == 1:
+        return row[0]
+    v1 = row[j + 1]
+    value = row[j] + (v1 - row[j]) * t
+    return max(value, v1) if t > 1.0 else value
 
 
 def _segments(axis: Sequence[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,6 +172,12 @@ def _interpolate_grid(batch_sizes: Sequence[int], lengths: Sequence[int],
     return _along_all(lo, hi, tb)
 
 
+def _segments_of(axis: Sequence[int]) -> dict[int, tuple[int, float]]:
+    """``_segment(axis, x)`` by ``x``, for every whole ``x`` from 0 to twice the axis's
+    last point (at most ``SEGMENTS_LIMIT`` of them)."""
+    return {x: _segment(axis, x) for x in range(min(2 * int(axis[-1]), SEGMENTS_LIMIT) + 1)}
+
+
 class RefitTable:
     """A ``CostTable`` (the seed) times one factor per cell, refit from observed batches.
 
@@ -168,6 +191,10 @@ class RefitTable:
         self.factors = [[1.0] * len(seed.lengths) for _ in seed.batch_sizes]
         self._ms = [list(r) for r in seed.ms]
         self._memo: dict[tuple[float, float], float] = {}
+        # Each axis's ``_segment`` of every whole number up to twice its last point: a
+        # lookup there searches no axis (the refit moves the cells, never the axes).
+        self._on_b = _segments_of(seed.batch_sizes)
+        self._on_n = _segments_of(seed.lengths)
 
     def lookup_ms(self, batch_size: float, length: float) -> float:
         # Memoised until the next refit: the batch former asks for the same few shapes
@@ -177,8 +204,10 @@ class RefitTable:
         if value is None:
             if len(self._memo) >= MEMO_LIMIT:
                 self._memo.clear()
-            value = self._memo[key] = _interpolate(self.seed.batch_sizes, self.seed.lengths,
-                                                   self._ms, batch_size, length)
+            seed = self.seed
+            value = self._memo[key] = _bilinear(
+                self._ms, self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
+                self._on_n.get(length) or _segment(seed.lengths, length))
         return value
 
     def lookup_grid_ms(self, lengths: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:

@@ -83,6 +83,29 @@ def test_refit_corrects_one_region_and_leaves_the_other():
     assert refit.table().lookup_ms(64, 512) == pytest.approx(refit.lookup_ms(64, 512))
 
 
+_SHAPES = st.one_of(st.integers(0, 1200), st.floats(0, 1200, allow_nan=False))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.sampled_from([FLAT_THEN_LINEAR, [(1, 16, 2.0)], [(1, 16, 2.0), (1, 32, 3.0)],
+                        [(1, 16, 2.0), (4, 16, 3.0)]]),
+       st.lists(st.tuples(st.integers(1, 80), st.integers(1, 700),
+                          st.floats(0.1, 40.0)), max_size=6),
+       st.lists(st.tuples(_SHAPES, _SHAPES), min_size=1, max_size=40))
+def test_a_refit_tables_lookups_are_its_cells_interpolated_exactly(rows, refits, shapes):
+    """The refit table's scalar lookup (each axis's segments kept for whole positions, the
+    memo) gives the very float its vectorised interpolation gives (``lookup_grid_ms``,
+    numpy over the same cells), at whole and fractional shapes, inside and past the grid,
+    between refits."""
+    refit = RefitTable(CostTable.from_rows(rows))
+    for refit_shape in [None, *refits]:
+        if refit_shape is not None:
+            refit.observe(*refit_shape)
+        for batch_size, length in shapes:
+            expected = refit.lookup_grid_ms([length], [batch_size])[0][0]
+            assert refit.lookup_ms(batch_size, length) == expected
+
+
 def test_estimator_on_a_table_refits_cells_not_a_global_ratio():
     cfg = CostModelConfig(table=tuple(FLAT_THEN_LINEAR))
     est = CostEstimator(cfg, "padded", time_scale=2.0)
