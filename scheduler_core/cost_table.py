@@ -116,25 +116,19 @@ def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
 
 def _bilinear(ms: Sequence[Sequence[float]], along_b: tuple[int, float],
               along_n: tuple[int, float]) -> float:
-    """``_interpolate`` from the two axes' ``_segment``s (the same float operations)."""
+    """``_interpolate`` from the two axes' ``_segment``s (``RefitTable`` keeps them for
+    whole positions, so its lookups search no axis)."""
     i, tb = along_b
     j, tn = along_n
     lo = _along_row(ms[i], j, tn)
     if len(ms) == 1:
         return lo
-    hi = _along_row(ms[i + 1], j, tn)
-    value = lo + (hi - lo) * tb
-    return max(value, hi) if tb > 1.0 else value
+    return _along(lo, _along_row(ms[i + 1], j, tn), tb)
 
 
 def _along_row(row: Sequence[float], j: int, t: float) -> float:
-    """``_along`` between a grid row's cells j and j + 1, inlined (the batch former's hot
-    path); a one-cell row is constant."""
-    if len(row) == 1:
-        return row[0]
-    v1 = row[j + 1]
-    value = row[j] + (v1 - row[j]) * t
-    return max(value, v1) if t > 1.0 else value
+    """``_along`` between a grid row's cells j and j + 1; a one-cell row is constant."""
+    return _along(row[j], row[j + 1], t) if len(row) > 1 else row[0]
 
 
 def _segments(axis: Sequence[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
