@@ -185,3 +185,36 @@ class CostEstimator:
         return (f"CostEstimator({kind}, mode={self.cost_mode}, scale={self.time_scale}, "
                 f"correction={self.correction:.3f}, error={self.error_ratio:.3f}, "
                 f"batches={self.observed_batches})")
+
+
+ESTIMATES_MEMO_LIMIT = 4096  # lengths whose ``LengthEstimates`` are kept
+
+
+class LengthEstimates:
+    """A queued request's uncorrected estimates by its length (its ``Entry``'s): run
+    alone, and in an efficient batch of its length; kept by length while the estimator's
+    lookups stay as they are (the formula's never move; a table's move with
+    ``RefitTable.version``)."""
+
+    def __init__(self, estimator: CostEstimator, efficient_size: int, max_batch_tokens: int):
+        self.estimator = estimator
+        self.efficient_size, self.max_batch_tokens = efficient_size, max_batch_tokens
+        self._memo: dict[int, tuple[float, float]] = {}
+        self._version = 0
+
+    def efficient_batch(self, n: int) -> int:
+        """How many ``n``-token requests make an efficient batch."""
+        return max(1, min(self.efficient_size, self.max_batch_tokens // n))
+
+    def __call__(self, n: int) -> tuple[float, float]:
+        table = self.estimator.table
+        version = table.version if table is not None else 0
+        memo = self._memo
+        if version != self._version or len(memo) >= ESTIMATES_MEMO_LIMIT:
+            memo.clear()
+            self._version = version
+        both = memo.get(n)
+        if both is None:
+            base = self.estimator.base_uniform_ms
+            both = memo[n] = (base(1, n), base(self.efficient_batch(n), n))
+        return both

@@ -32,6 +32,11 @@ Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
 MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
 MEMO_LIMIT = 65536  # memoised lookups kept between refits
 SEGMENTS_LIMIT = 16384  # whole positions per axis whose segment is kept
+# A cell's lookups move once its fit has moved this share from what they use: a refit
+# runs every batch and clears the memoised lookups, which the former's decisions then
+# recompute (a third of a decided call's host time), for moves far inside a device's
+# own jitter. The factors themselves follow every batch.
+REFIT_STEP_SHARE = 0.05
 
 
 class CostTableError(ValueError):
@@ -185,10 +190,12 @@ class RefitTable:
         self.factors = [[1.0] * len(seed.lengths) for _ in seed.batch_sizes]
         self._ms = [list(r) for r in seed.ms]
         self._memo: dict[tuple[float, float], float] = {}
+        self.version = 0  # counts the refits that moved the lookups
         # Each axis's ``_segment`` of every whole number up to twice its last point: a
         # lookup there searches no axis (the refit moves the cells, never the axes).
         self._on_b = _segments_of(seed.batch_sizes)
         self._on_n = _segments_of(seed.lengths)
+        self._wide, self._tall = len(seed.lengths) > 1, len(seed.batch_sizes) > 1
 
     def lookup_ms(self, batch_size: float, length: float) -> float:
         # Memoised until the next refit: the batch former asks for the same few shapes
@@ -199,9 +206,33 @@ class RefitTable:
             if len(self._memo) >= MEMO_LIMIT:
                 self._memo.clear()
             seed = self.seed
-            value = self._memo[key] = _bilinear(
-                self._ms, self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
-                self._on_n.get(length) or _segment(seed.lengths, length))
+            i, tb = self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size)
+            j, tn = self._on_n.get(length) or _segment(seed.lengths, length)
+            # _bilinear, written out (the same float operations): the former's decisions
+            # miss the memo most of the time (a refit clears it every batch).
+            row = self._ms[i]
+            if self._wide:
+                v0, v1 = row[j], row[j + 1]
+                lo = v0 + (v1 - v0) * tn
+                if tn > 1.0 and lo < v1:
+                    lo = v1
+            else:
+                lo = row[0]
+            if self._tall:
+                row = self._ms[i + 1]
+                if self._wide:
+                    v0, v1 = row[j], row[j + 1]
+                    hi = v0 + (v1 - v0) * tn
+                    if tn > 1.0 and hi < v1:
+                        hi = v1
+                else:
+                    hi = row[0]
+                value = lo + (hi - lo) * tb
+                if tb > 1.0 and value < hi:
+                    value = hi
+            else:
+                value = lo
+            self._memo[key] = value
         return value
 
     def lookup_grid_ms(self, lengths: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
@@ -215,7 +246,6 @@ class RefitTable:
         predicted = self.lookup_ms(batch_size, length)
         if predicted <= 0 or duration_ms <= 0 or not math.isfinite(duration_ms):
             return
-        self._memo.clear()
         ratio = min(max(duration_ms / predicted, 0.05), 20.0)
         seed = self.seed
         i, tb = _segment(seed.batch_sizes, batch_size)
@@ -230,7 +260,11 @@ class RefitTable:
                 f = self.factors[ci][cj]
                 f += self.smoothing * weight * (ratio - 1.0) * f
                 self.factors[ci][cj] = f
-                self._ms[ci][cj] = seed.ms[ci][cj] * f
+                fitted, used = seed.ms[ci][cj] * f, self._ms[ci][cj]
+                if abs(fitted - used) > REFIT_STEP_SHARE * used:
+                    self._ms[ci][cj] = fitted
+                    self._memo.clear()
+                    self.version += 1
 
     def batch_overhead_ms(self) -> float:
         """The device time one more sequence saves by joining a batch instead of running

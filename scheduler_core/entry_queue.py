@@ -134,6 +134,27 @@ class EntryQueue:
         self.hi = i + 1
         self.n += 1
 
+    def extend(self, entries: list[Entry]) -> None:
+        """``append`` each of ``entries`` in turn: where they fit without a compaction,
+        each column written once for them all (a hold call's hand-over)."""
+        i, m = self.hi, len(entries)
+        if i + m > self.capacity:
+            for e in entries:
+                self.append(e)
+            return
+        j = i + m
+        self.items[i:j] = entries
+        for slot, e in enumerate(entries, i):
+            e.slot = slot
+        self.deadline[i:j] = [e.deadline_s for e in entries]
+        self.arrival[i:j] = [e.req.arrival_s for e in entries]
+        self.alone[i:j] = [e.alone_ms for e in entries]
+        self.efficient[i:j] = [e.efficient_ms for e in entries]
+        self.length[i:j] = [e.seq_len for e in entries]
+        self.alive[i:j] = True
+        self.hi = j
+        self.n += m
+
     def discard(self, entries: Iterable[Entry]) -> None:
         """Take queued entries out (each at most once)."""
         items = self.items

@@ -22,7 +22,7 @@ import math
 from typing import Sequence
 
 from .controller import Controller, Observation
-from .cost_model import CostEstimator
+from .cost_model import CostEstimator, LengthEstimates
 from .as_handed import AsHandedRule
 from .entry_queue import (SMALL_QUEUE, Entry, EntryQueue, infeasible_detail, infeasible_entries,
                           late_even_alone, take_fifo)
@@ -63,6 +63,8 @@ class Scheduler(AsHandedRule):
         self.small_queue = small_queue
         self._queue = EntryQueue()
         self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
+        self._estimates = LengthEstimates(self.estimator, self._efficient_size,
+                                          cfg.max_batch_tokens)
         ctl = self.control
         safe = ctl.safe_zone_batching
         if safe == "auto":
@@ -88,16 +90,11 @@ class Scheduler(AsHandedRule):
         self.overload.arrived()
         self._queue.append(Entry(request, logical_arrival, alone, efficient))
 
-    def _estimates(self, n: int) -> tuple[float, float]:
-        """``n`` tokens' uncorrected estimates (its ``Entry``'s): alone, in an efficient batch."""
-        base = self.estimator.base_uniform_ms
-        return base(1, n), base(self._efficient_batch(n), n)
-
     def backlog_ms(self) -> float:
         """The device time the queue needs by the estimate (ms): each request's share of an
         efficient batch of its length, corrected. A refused client's retry-after hint."""
         return self.estimator.correction * sum(
-            e.efficient_ms / self._efficient_batch(e.seq_len) for e in self._queue)
+            e.efficient_ms / self._estimates.efficient_batch(e.seq_len) for e in self._queue)
 
     def queued_run_ms(self) -> float:
         """How long the device needs for the queue by the estimate (ms): the queue in its
@@ -112,9 +109,6 @@ class Scheduler(AsHandedRule):
             rest = rest[len(batch):]
         return total
 
-    def _efficient_batch(self, n: int) -> int:
-        """How many ``n``-token requests make an efficient batch (its ``Entry.efficient_ms``)."""
-        return max(1, min(self._efficient_size, self.cfg.max_batch_tokens // n))
 
     def queue_full_message(self) -> str:
         return f"queue holds max_queued_requests={self.cfg.max_queued_requests} requests"
@@ -130,15 +124,13 @@ class Scheduler(AsHandedRule):
         if not taken:
             return left
         loop, correction = self.controller, self.estimator.correction
-        entries = []
-        for request in taken:
-            alone, efficient = self._estimates(request.seq_len)
+        estimates = [self._estimates(request.seq_len) for request in taken]
+        for request, (alone, _) in zip(taken, estimates):
             loop.note_sla(request.sla_ms, alone * correction)
-            entries.append((request, alone, efficient))
         logical_arrival = loop.on_arrival(now_s, math.inf, 0.0, len(taken))
         self.overload.arrived()
-        for request, alone, efficient in entries:
-            self._queue.append(Entry(request, logical_arrival, alone, efficient))
+        self._queue.extend([Entry(request, logical_arrival, alone, efficient)
+                            for request, (alone, efficient) in zip(taken, estimates)])
         return left
 
     def remove(self, request_ids: Sequence[int]) -> list[QueuedRequest]:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_core.cost_model import CostEstimator, batch_shape, cost_ms
-from scheduler_core.cost_table import CostTable, CostTableError, RefitTable
+from scheduler_core.cost_table import REFIT_STEP_SHARE, CostTable, CostTableError, RefitTable
 from scheduler_core.profile import CostModelConfig, ProfileError
 from scheduler_core.profile_parse import profile_from_mapping
 from scheduler_core.profile_files import load_profile
@@ -104,6 +104,27 @@ def test_a_refit_tables_lookups_are_its_cells_interpolated_exactly(rows, refits,
         for batch_size, length in shapes:
             expected = refit.lookup_grid_ms([length], [batch_size])[0][0]
             assert refit.lookup_ms(batch_size, length) == expected
+
+
+def test_a_refit_moves_lookups_once_its_fit_moved_a_step():
+    """Batches slower than the estimate move the cell's fit every time, and its lookups
+    only once the fit is more than ``REFIT_STEP_SHARE`` from what they use: then to the
+    fit. A move that large at once moves them at once."""
+    refit = RefitTable(CostTable.from_rows(FLAT_THEN_LINEAR), smoothing=0.2)
+    seed_ms = refit.lookup_ms(64, 512)  # a cell: its factor is the whole fit
+    fits = []
+    while refit.lookup_ms(64, 512) == seed_ms:
+        refit.observe(64, 512, 1.02 * seed_ms)
+        fits.append(seed_ms * refit.factors[3][4])
+        assert len(fits) < 1000, "the lookups never moved"
+    assert len(fits) > 1 and fits[0] > seed_ms  # the first move stayed inside the step
+    assert all(fit <= (1 + REFIT_STEP_SHARE) * seed_ms for fit in fits[:-1])
+    assert fits[-1] > (1 + REFIT_STEP_SHARE) * seed_ms
+    assert refit.lookup_ms(64, 512) == fits[-1] == refit.table().lookup_ms(64, 512)
+
+    refit = RefitTable(CostTable.from_rows(FLAT_THEN_LINEAR), smoothing=0.2)
+    refit.observe(64, 512, 2 * seed_ms)
+    assert refit.lookup_ms(64, 512) == seed_ms * refit.factors[3][4] > seed_ms
 
 
 def test_estimator_on_a_table_refits_cells_not_a_global_ratio():

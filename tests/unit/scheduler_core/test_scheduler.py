@@ -841,3 +841,30 @@ def test_a_padded_hand_over_is_taken_whole_where_no_split_saves_a_launch():
     estimate, decision = _twins_on(bimodal)
     assert estimate is None
     assert 0 < len(decision.batch) < len(bimodal)
+
+
+@pytest.mark.parametrize("name", ["h200_minilm", "t4"])
+def test_a_requests_estimates_are_the_estimators_as_its_refit_moves(name):
+    """Each queued request carries its estimates alone and in an efficient batch of its
+    length (``Entry``), kept by length while the estimator's lookups stay as they are: as
+    a measured table's refit moves them, the next requests carry the new ones."""
+    s = Scheduler.from_profile(_twin_profile(name, "padded", "shipped"))
+    est = s.estimator
+
+    def queued_estimates(n: int, now: float) -> tuple[float, float]:
+        s.submit_all([QueuedRequest(int(now * 1000), n, now, 100.0)], now)
+        e = list(s._queue)[-1]
+        return e.alone_ms, e.efficient_ms
+
+    def fresh(n: int) -> tuple[float, float]:
+        return (est.base_uniform_ms(1, n),
+                est.base_uniform_ms(max(1, min(s._efficient_size,
+                                               s.cfg.max_batch_tokens // n)), n))
+
+    before = queued_estimates(100, 1.0)
+    assert before == fresh(100) == queued_estimates(100, 1.1)
+    for k in range(20):  # batches of 100 tokens, twice as slow as estimated
+        est.observe([100], 2.0 * est.estimate_ms([100]))
+    after = queued_estimates(100, 2.0)
+    assert after == fresh(100)
+    assert (after[0] > before[0]) == (est.table is not None)

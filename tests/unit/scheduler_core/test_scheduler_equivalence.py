@@ -310,18 +310,26 @@ def test_same_decisions_after_remove_and_drain():
 # -- the queue structure itself ------------------------------------------------------------
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["append", "take_some", "take_first", "clear"]),
+@given(st.lists(st.tuples(st.sampled_from(["append", "extend", "take_some", "take_first",
+                                           "clear"]),
                           st.integers(0, 10_000)), max_size=400))
 def test_entry_queue_matches_a_list(ops):
+    """Appended one by one or a hand-over at once (``extend``), taken out anywhere: the
+    queue iterates as a list would, its columns mirror its entries slot by slot."""
     q, model, counter = EntryQueue(capacity=4), [], 0
     for op, k in ops:
-        if op == "append":
+        if op in ("append", "extend"):
+            added = []
             for _ in range(1 + k % 40):
                 req = QueuedRequest(counter, 16 + k % 100, counter * 1e-3, 50.0 + k % 3)
-                e = Entry(req, 0.0, 1.0 + k % 7, 2.0 + k % 5)
-                q.append(e)
-                model.append(e)
+                added.append(Entry(req, 0.0, 1.0 + k % 7, 2.0 + k % 5))
                 counter += 1
+            if op == "extend":
+                q.extend(added)
+            for e in added:
+                if op == "append":
+                    q.append(e)
+                model.append(e)
         elif op == "take_some" and model:
             chosen = model[k % len(model)::1 + k % 5]
             q.discard(chosen)
@@ -340,6 +348,9 @@ def test_entry_queue_matches_a_list(ops):
         assert live.sum() == len(model)
         assert list(q.deadline[q.lo:q.hi][live]) == [e.deadline_s for e in model]
         assert list(q.efficient[q.lo:q.hi][live]) == [e.efficient_ms for e in model]
+        assert list(q.alone[q.lo:q.hi][live]) == [e.alone_ms for e in model]
+        assert list(q.arrival[q.lo:q.hi][live]) == [e.req.arrival_s for e in model]
+        assert list(q.length[q.lo:q.hi][live]) == [e.seq_len for e in model]
         assert all(q.items[e.slot] is e for e in model)
 
 
