@@ -32,10 +32,11 @@ Row = tuple[int, int, float]  # (batch size, length in tokens, milliseconds)
 MAX_AXIS_POINTS = 64  # per axis: a profile's table stays small
 MEMO_LIMIT = 65536  # memoised lookups kept between refits
 SEGMENTS_LIMIT = 16384  # whole positions per axis whose segment is kept
-# A cell's lookups move once its fit has moved this share from what they use: a refit
-# runs every batch and clears the memoised lookups, which the former's decisions then
-# recompute (a third of a decided call's host time), for moves far inside a device's
-# own jitter. The factors themselves follow every batch.
+# A cell's lookups move once its fit has moved this share from what they use. A refit
+# runs at every batch's end and no batch runs exactly its estimate, so applying every
+# move would clear the memoised lookups, which the former's decisions then recompute,
+# for moves inside the device's own spread. The factors themselves follow every batch
+# (docs/defaults.md has the measurement).
 REFIT_STEP_SHARE = 0.05
 
 
@@ -198,8 +199,8 @@ class RefitTable:
         self._wide, self._tall = len(seed.lengths) > 1, len(seed.batch_sizes) > 1
 
     def lookup_ms(self, batch_size: float, length: float) -> float:
-        # Memoised until the next refit: the batch former asks for the same few shapes
-        # hundreds of times per decision.
+        # Memoised until a refit moves the cells (``REFIT_STEP_SHARE``): the batch former
+        # asks for the same few shapes hundreds of times per decision.
         key = (batch_size, length)
         value = self._memo.get(key)
         if value is None:
@@ -208,8 +209,8 @@ class RefitTable:
             seed = self.seed
             i, tb = self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size)
             j, tn = self._on_n.get(length) or _segment(seed.lengths, length)
-            # _bilinear, written out (the same float operations): the former's decisions
-            # miss the memo most of the time (a refit clears it every batch).
+            # _bilinear, written out (the same float operations): after each refit that
+            # moves the cells, a decision's lookups all miss the memo.
             row = self._ms[i]
             if self._wide:
                 v0, v1 = row[j], row[j + 1]
