@@ -123,18 +123,24 @@ def _interpolate(batch_sizes: Sequence[int], lengths: Sequence[int],
 def _bilinear(ms: Sequence[Sequence[float]], along_b: tuple[int, float],
               along_n: tuple[int, float]) -> float:
     """``_interpolate`` from the two axes' ``_segment``s (``RefitTable`` keeps them for
-    whole positions, so its lookups search no axis)."""
+    whole positions, so its lookups search no axis): ``_along`` along each of the two
+    rows, then between them, written out in one function (the same float operations; a
+    refit table's lookups run it after every refit that moves the cells)."""
     i, tb = along_b
     j, tn = along_n
-    lo = _along_row(ms[i], j, tn)
-    if len(ms) == 1:
-        return lo
-    return _along(lo, _along_row(ms[i + 1], j, tn), tb)
-
-
-def _along_row(row: Sequence[float], j: int, t: float) -> float:
-    """``_along`` between a grid row's cells j and j + 1; a one-cell row is constant."""
-    return _along(row[j], row[j + 1], t) if len(row) > 1 else row[0]
+    ends = []
+    for row in (ms[i], ms[i + 1]) if len(ms) > 1 else (ms[i],):
+        if len(row) == 1:
+            ends.append(row[0])  # a one-cell row is constant
+            continue
+        v0, v1 = row[j], row[j + 1]
+        value = v0 + (v1 - v0) * tn
+        ends.append(v1 if tn > 1.0 and value < v1 else value)
+    if len(ends) == 1:
+        return ends[0]
+    lo, hi = ends
+    value = lo + (hi - lo) * tb
+    return hi if tb > 1.0 and value < hi else value
 
 
 def _segments(axis: Sequence[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +202,6 @@ class RefitTable:
         # lookup there searches no axis (the refit moves the cells, never the axes).
         self._on_b = _segments_of(seed.batch_sizes)
         self._on_n = _segments_of(seed.lengths)
-        self._wide, self._tall = len(seed.lengths) > 1, len(seed.batch_sizes) > 1
 
     def lookup_ms(self, batch_size: float, length: float) -> float:
         # Memoised until a refit moves the cells (``REFIT_STEP_SHARE``): the batch former
@@ -207,32 +212,9 @@ class RefitTable:
             if len(self._memo) >= MEMO_LIMIT:
                 self._memo.clear()
             seed = self.seed
-            i, tb = self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size)
-            j, tn = self._on_n.get(length) or _segment(seed.lengths, length)
-            # _bilinear, written out (the same float operations): after each refit that
-            # moves the cells, a decision's lookups all miss the memo.
-            row = self._ms[i]
-            if self._wide:
-                v0, v1 = row[j], row[j + 1]
-                lo = v0 + (v1 - v0) * tn
-                if tn > 1.0 and lo < v1:
-                    lo = v1
-            else:
-                lo = row[0]
-            if self._tall:
-                row = self._ms[i + 1]
-                if self._wide:
-                    v0, v1 = row[j], row[j + 1]
-                    hi = v0 + (v1 - v0) * tn
-                    if tn > 1.0 and hi < v1:
-                        hi = v1
-                else:
-                    hi = row[0]
-                value = lo + (hi - lo) * tb
-                if tb > 1.0 and value < hi:
-                    value = hi
-            else:
-                value = lo
+            value = _bilinear(
+                self._ms, self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
+                self._on_n.get(length) or _segment(seed.lengths, length))
             self._memo[key] = value
         return value
 

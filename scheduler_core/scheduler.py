@@ -62,9 +62,9 @@ class Scheduler(AsHandedRule):
         self.controller = Controller(cfg, self.control, start_s, seed)  # seed: see Controller
         self.small_queue = small_queue
         self._queue = EntryQueue()
-        self._efficient_size = max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size))
-        self._estimates = LengthEstimates(self.estimator, self._efficient_size,
-                                          cfg.max_batch_tokens)
+        self._estimates = LengthEstimates(
+            self.estimator, max(1, math.ceil(self.control.min_batch_fill * cfg.max_batch_size)),
+            cfg.max_batch_tokens)
         ctl = self.control
         safe = ctl.safe_zone_batching
         if safe == "auto":

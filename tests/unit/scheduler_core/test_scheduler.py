@@ -856,10 +856,11 @@ def test_a_requests_estimates_are_the_estimators_as_its_refit_moves(name):
         e = list(s._queue)[-1]
         return e.alone_ms, e.efficient_ms
 
+    efficient_size = max(1, math.ceil(s.control.min_batch_fill * s.cfg.max_batch_size))
+
     def fresh(n: int) -> tuple[float, float]:
         return (est.base_uniform_ms(1, n),
-                est.base_uniform_ms(max(1, min(s._efficient_size,
-                                               s.cfg.max_batch_tokens // n)), n))
+                est.base_uniform_ms(max(1, min(efficient_size, s.cfg.max_batch_tokens // n)), n))
 
     before = queued_estimates(100, 1.0)
     assert before == fresh(100) == queued_estimates(100, 1.1)
