@@ -5,7 +5,9 @@ the simulator (``simulator.py``) and the fleet (``fleet.py``) all drive a policy
 this class, so the rules of ``contract.py`` are kept in one place::
 
     refused = engine.submit(requests, now_s)      # arrivals; answer each refused one
-    step = engine.step(now_s, flush, sample)      # whenever the device is free
+    step = engine.step(now_s, flush, sample)      # whenever the device is free, or at
+    #   the running batch's estimated end where nothing can arrive before it (intake
+    #   hold's call: Runner.decide_ahead), launched when that batch returns
     #   answer every request in step.refused (UNAVAILABLE, refusal_message(reason))
     #   if step.batch:
     engine.started(step.batch, start_s)           #   the caller runs it, then

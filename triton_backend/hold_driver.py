@@ -15,7 +15,10 @@ the device does not wait for the call's bookkeeping.
 answered (a stub crash leaves them to Triton, which fails them INTERNAL), and returns the
 call's answers as one list: python_backend r24.10 sends a returned list back in one message,
 while each ``response_sender.send`` is a blocking round trip to the server. While the
-call's next batch runs on the device (``Runner.step``'s ``while_running``), the answers
+call's next batch runs on the device (``Runner.step``'s ``while_running``), the step after
+it is decided at the running batch's estimated end (``_decide_ahead``: nothing arrives
+during the call, so only the clock differs from a step at its end) and launched when the
+running batch returns, so no decision sits in the device's gap; before that, the answers
 made so far go early, through their requests' response senders, where the sends fit in
 what is left of that batch, or where waiting for the call's end costs their clients more
 than the sends cost the rest of the call (``SendCost``, measured on this host: on a
@@ -65,7 +68,7 @@ from .decode import DecodedCall, decode_call, read_launchable
 from .executors import Launched
 from .intake import HoldIntake
 from .model_settings import CANCEL_CHECK_MIN_WAIT_S
-from .runner import Runner
+from .runner import Ran, Runner
 from .timeline import CallRecord, Timeline
 from .waker import is_wake_request
 
@@ -230,23 +233,24 @@ class HoldDriver:
         deadlines = {q.handle.slot: q.deadline_s for q in queued}
         budget_s = scheduler.control.overload_call_budget_sla_fraction * min_sla_ms / 1000.0
         sends = None  # the early answers, sent while the call's next batch runs
-        while runner.engine.queue_depth:
+        ahead = None  # the next step, decided while the running batch runs
+
+        def beside(started_s: float, estimated_ms: float) -> None:
+            nonlocal ahead
+            if sends is not None:
+                sends(started_s, estimated_ms)
+            ahead = self._decide_ahead(record, budget_s, started_s, estimated_ms)
+
+        while runner.engine.queue_depth or ahead is not None:
+            decided, ahead = ahead, None
             depth = runner.engine.queue_depth
             started = self._clock()
-            # From the call's second batch on: its first decision measures the late share
-            # with this hand-over, so a share left by an earlier load (a quiet spell
-            # measures nothing) never refuses a call before it was looked at.
-            if record.batches and (
-                    started - record.start_s + self._mean_batch_s(record)) > budget_s:
-                if not scheduler.overloaded:  # an overload's onset, maybe: its refusals say
-                    with runner.cond:
-                        scheduler.call_overran(sum(b[1] for b in record.batches),
-                                               sum(b[0] + b[1] for b in record.batches))
-                if scheduler.overloaded:
-                    self._refuse_rest(record, started, budget_s, len(answers.requests))
-                    break
+            # A step decided ahead kept the budget at the running batch's estimated end.
+            if decided is None and self._over_budget(record, started, budget_s):
+                self._refuse_rest(record, started, budget_s, len(answers.requests))
+                break
             try:
-                ran = runner.step(flush=True, while_running=sends)
+                ran = runner.step(flush=True, while_running=beside, decided=decided)
             except Exception:  # its requests were answered (INTERNAL); serve the rest
                 runner.step_failed()
                 if runner.engine.queue_depth >= depth:  # nothing left the queue: stop
@@ -257,6 +261,51 @@ class HoldDriver:
             record.batch(len(step.batch), len(step.refused), started, ended,
                          step.estimated_ms, step.former, ran.executor_s)
             sends = functools.partial(self._send_early, answers, deadlines, record)
+
+    def _decide_ahead(self, record: CallRecord, budget_s: float, started_s: float,
+                      estimated_ms: float) -> Ran | None:
+        """The call's next step, decided while its running batch (started at
+        ``started_s``, ``estimated_ms`` long) is on the device, at that batch's estimated
+        end (``Runner.decide_ahead``), so the next batch launches as soon as it returns.
+        None (decide at the batch's end, as heard): nothing is queued; the batch is past
+        its estimate already (its end is near or gone: an early decision would count
+        the device busy after it went free); or the call's budget would be spent by
+        then, counting the running batch (the budget is kept at the batch's end)."""
+        end_s = started_s + estimated_ms / 1000.0
+        if not self.runner.engine.queue_depth or self._clock() >= end_s:
+            return None
+        running = self.runner.running
+        if self._over_budget(record, end_s, budget_s,
+                             (len(running.batch), len(running.refused), estimated_ms / 1000.0)):
+            return None
+        return self.runner.decide_ahead(end_s)
+
+    def _over_budget(self, record: CallRecord, now_s: float, budget_s: float,
+                     running: tuple[int, int, float] = (0, 0, 0.0)) -> bool:
+        """Whether the call stops at ``now_s``, its rest refused: past its budget under a
+        sustained overload. From the call's second batch on: its first decision measures
+        the late share with this hand-over, so a share left by an earlier load (a quiet
+        spell measures nothing) never refuses a call before it was looked at. A call past
+        its budget that refuses enough is one (``Scheduler.call_overran``), asked once at
+        each of the call's batch boundaries past it, by whichever asks first.
+        ``running``: the batch on the device (its size, its refusals, its estimate in s),
+        counted as one of the call's (a step decided ahead)."""
+        size, refused, estimate_s = running
+        batches = record.batches
+        if not batches and not size:
+            return False
+        mean_s = self._mean_batch_s(record)
+        if size:
+            ran = sum(1 for b in batches if b[0])
+            mean_s = (mean_s * ran + estimate_s) / (ran + 1)
+        if now_s - record.start_s + mean_s <= budget_s:
+            return False
+        scheduler = self.runner.scheduler
+        if not scheduler.overloaded:  # an overload's onset, maybe: its refusals say
+            with self.runner.cond:
+                scheduler.call_overran(sum(b[1] for b in batches) + refused,
+                                       sum(b[0] + b[1] for b in batches) + size + refused)
+        return scheduler.overloaded
 
     def _budget_sla_ms(self, queued: list[QueuedRequest]) -> float:
         """The smallest SLA the call carries that one of its requests can meet (the call's

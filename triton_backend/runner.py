@@ -91,6 +91,8 @@ class Runner(LaunchFirst):
         self._device_free_s: float | None = None  # where it ended (``_executor_ran``)
         self.timeouts = TimeoutGuard(answers, model_name, clock)
         self.deferred = Deferred(self.step_failed)  # finished batches' bookkeeping
+        self._decided_s = -float("inf")  # the last step's time (``_decide``)
+        self._running: Step | None = None  # the step whose batch runs (``running``)
 
     # -- arrivals ---------------------------------------------------------------------
     def submit_locked(self, queued: list[QueuedRequest], now: float
@@ -122,15 +124,47 @@ class Runner(LaunchFirst):
         return health
 
     # -- one step ---------------------------------------------------------------------
-    def step(self, flush: bool, while_running: WhileRunning | None = None) -> Ran:
+    def step(self, flush: bool, while_running: WhileRunning | None = None,
+             decided: Ran | None = None) -> Ran:
         """Take one engine step, answer what it refused and run its batch (the scheduler
         thread; or intake hold's ``execute()`` with ``flush``: nothing arrives until that
         call has answered its requests, so waiting for arrivals cannot pay);
-        ``while_running``: the caller's work while the batch is on the device."""
+        ``while_running``: the caller's work while the batch is on the device;
+        ``decided``: the step ``decide_ahead`` took while the last batch ran (its
+        refusals answered), run now instead of deciding."""
+        ran = decided if decided is not None else self._decide(None, flush, True)
+        if not ran.step.batch:
+            return ran
+        started = self._run(ran.step, ran.now_s, while_running)
+        return Ran(ran.now_s, ran.step, ran.arrivals_seen, started, ran.sidecar_health,
+                   self.executor_s)
+
+    @property
+    def running(self) -> Step | None:
+        """The step whose batch is on the executor, or last was (``_run``)."""
+        return self._running
+
+    def decide_ahead(self, end_s: float) -> Ran | None:
+        """Intake hold's next step, taken while a batch of its call is on the device,
+        at ``end_s`` (that batch's estimated end; nothing arrives during a hold call, so
+        only the clock differs from a step at the batch's end): the caller launches it
+        once the running batch returns (``step``'s ``decided``), and the device does not
+        wait for the decision. The running batch's end is heard by the engine before the
+        next decision after it; until then the busy time runs to ``end_s``. None where
+        the step took no batch (its refusals are answered)."""
+        ran = self._decide(end_s, True, False)
+        return ran if ran.step.batch else None
+
+    def _decide(self, now: float | None, flush: bool, device_free: bool) -> Ran:
+        """One engine step at ``now`` (None: the clock's; never before the last step's,
+        which may have been taken ahead), its refusals answered; its batch not run.
+        ``device_free``: the last batch returned (its end is heard first)."""
         with self.cond:
-            now = self._clock()
+            now = max(self._clock() if now is None else now, self._decided_s)
+            self._decided_s = now
             sample, health = self.step_perception.read(now)
-            self._hear_ended()
+            if device_free:
+                self._hear_ended()
             step = self.engine.step(now, flush, sample)
             arrivals_seen = self.arrivals
             backlog_ms = self.scheduler.backlog_ms() if step.refused else 0.0
@@ -142,10 +176,7 @@ class Runner(LaunchFirst):
         finally:  # a step never strands what it took out of the queue
             self.refuse([r for r, _ in step.refused if not r.handle.answered], "step_failed",
                         "scheduler loop failed while handling this request")
-        if not step.batch:
-            return Ran(now, step, arrivals_seen, None, health)
-        started = self._run(step, now, while_running)
-        return Ran(now, step, arrivals_seen, started, health, self.executor_s)
+        return Ran(now, step, arrivals_seen, None, health)
 
     def _refuse_shed(self, refused, backlog_ms: float) -> None:
         """A step's refusals, each with its own numbers (``Refusal.detail``) and when to
@@ -176,6 +207,7 @@ class Runner(LaunchFirst):
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
         started, finished, self._began, self._fed = now, False, False, batch
+        self._running = step
         self.executor_s, self._device_free_s = 0.0, None
         try:
             batch = self._drop_cancelled(batch, now)

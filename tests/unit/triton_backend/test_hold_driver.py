@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from scheduler_core.engine import Step
 from scheduler_core.request import QueuedRequest
 from sidecar.sampler import PerceptionSample, SampleFile
 from tests.eventually import eventually
@@ -30,6 +31,13 @@ def requests_of(pb_utils, n: int, first: int = 100, **kwargs):
 
 def sent_early(requests) -> int:
     return sum(len(r.sender.sends) for r in requests)
+
+
+def estimated(monkeypatch, ms: float) -> None:
+    """Every step's batch is estimated to run ``ms`` (the device still runs its own
+    cost): a running batch's estimated end is then ahead of the clock (large), or behind
+    it (0), whatever the host's speed."""
+    monkeypatch.setattr(Step, "estimated_ms", property(lambda self: ms))
 
 
 def test_answers_go_back_with_the_call(adapter, pb_utils):
@@ -141,18 +149,11 @@ def test_answers_the_calls_end_would_make_late_go_early_exactly_once(adapter, pb
                for i, r in enumerate(requests))
 
 
-def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_utils,
-                                                                      monkeypatch):
-    """A call of several batches: each batch's feedback (the engine's ``observed``) and
-    the early answers happen while a later batch is on the device (between its launch and
-    its result), never between batches; the last batch's feedback waits for the next
-    call's batch, and the counts add up after it."""
-    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
-    monkeypatch.setattr(type(model.driver), "_remaining_s",
-                        staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
-    events, flying, launches = [], [], []
-    executor, runner = model.executor, model.runner
-    launch, observed = executor.launch, runner.engine.observed
+def spy_device(monkeypatch, model) -> tuple[list, list]:
+    """The executor's batches as events, in order: ("launch", n) and ("result",); and a
+    list that is not empty while a batch is between its launch and its result."""
+    events, flying = [], []
+    launch = model.executor.launch
 
     class Flight:
         def __init__(self, inner):
@@ -164,18 +165,35 @@ def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_
 
         def result(self):
             flying.pop()
+            events.append(("result",))
             return self.inner.result()
 
     def spied_launch(sequences, timeout_s=0.0):
         flying.append(1)
-        launches.append(len(sequences))
+        events.append(("launch", len(sequences)))
         return Flight(launch(sequences, timeout_s))
+
+    monkeypatch.setattr(model.executor, "launch", spied_launch)
+    return events, flying
+
+
+def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_utils,
+                                                                      monkeypatch):
+    """A call of several batches: each batch's feedback (the engine's ``observed``) and
+    the early answers happen while a later batch is on the device (between its launch and
+    its result), never between batches; the last batch's feedback waits for the next
+    call's batch, and the counts add up after it."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    monkeypatch.setattr(type(model.driver), "_remaining_s",
+                        staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
+    device, flying = spy_device(monkeypatch, model)
+    events, runner = [], model.runner
+    observed = runner.engine.observed
 
     def spied_observed(batch, *args):
         events.append(("observed", bool(flying)))
         return observed(batch, *args)
 
-    monkeypatch.setattr(executor, "launch", spied_launch)
     monkeypatch.setattr(runner.engine, "observed", spied_observed)
     requests = requests_of(pb_utils, 10)
     for req in requests:
@@ -187,12 +205,46 @@ def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_
 
     for i, req in enumerate(requests):
         the_answer(pb_utils, req, returned, i)
+    launches = [e[1] for e in device if e[0] == "launch"]
     assert len(launches) >= 3 and sum(launches) == 10 and model.driver.early_sends > 0
     assert events and all(during for _, during in events), events
     assert sum(kind == "observed" for kind, _ in events) == len(launches) - 1
     assert model.scheduler.counts["requests"] < 10  # the last batch's, not yet observed
     model.execute(requests_of(pb_utils, 1, first=300))
     assert model.scheduler.counts["requests"] >= 10
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_the_next_batch_is_decided_while_the_running_one_is_on_the_device(
+        adapter, pb_utils, monkeypatch, ahead):
+    """A call of several decided batches: while a batch runs and its estimated end is
+    still ahead, the engine steps for the next one (at that end), which is launched as
+    soon as the running batch returns, with no decision between; a batch already past
+    its estimate leaves the decision to its end. Either way the call's batches take
+    every request once, and each has one answer."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    estimated(monkeypatch, 1_000.0 if ahead else 0.0)
+    events, flying = spy_device(monkeypatch, model)
+    step = model.runner.engine.step  # ("decide", whether a batch is on the device)
+    monkeypatch.setattr(model.runner.engine, "step", lambda *args: (
+        events.append(("decide", bool(flying))), step(*args))[1])
+    requests = requests_of(pb_utils, 10)
+
+    returned = model.execute(requests)
+
+    for i, req in enumerate(requests):
+        assert pb_utils.error_code(the_answer(pb_utils, req, returned, i)) is None
+    launches = [e[1] for e in events if e[0] == "launch"]
+    assert len(launches) >= 3 and sum(launches) == 10
+    decides = [e for e in events if e[0] == "decide"]
+    assert decides[0] == ("decide", False)  # the call's first batch: nothing runs yet
+    # each later decision: while its predecessor ran (ahead), or after it returned
+    assert decides[1:] == [("decide", ahead)] * (len(launches) - 1), events
+    # what follows a batch's result: the next launch (decided ahead), or its decision
+    follows = [after for before, after in zip(events, events[1:]) if before == ("result",)]
+    assert follows == ([("launch", n) for n in launches[1:]] if ahead
+                       else [("decide", False)] * (len(launches) - 1)), events
+    assert events[-1] == ("result",)
 
 
 def test_the_send_cost_follows_the_sends_measured_on_this_host():
@@ -282,13 +334,18 @@ def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_pat
     assert model.driver.timeline.totals["requests"] == sent
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest(
-        adapter, pb_utils, monkeypatch):
+        adapter, pb_utils, monkeypatch, ahead):
     """Overloaded (the scheduler says so), the call stops dispatching once its budget is
     spent and refuses what is left at once, UNAVAILABLE, naming the overload; every
-    request still has exactly one answer, and served + refused == sent."""
+    request still has exactly one answer, and served + refused == sent. ``ahead``: the
+    running batch's estimated end is ahead of the clock, where the next step would be
+    decided while it runs: the budget is kept there too."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.overload_call_budget_sla_fraction": "0.01"})
+    if ahead:
+        estimated(monkeypatch, 1_000.0)
     monkeypatch.setattr(type(model.scheduler), "overloaded", property(lambda self: True))
     monkeypatch.setattr(type(model.driver), "_mean_batch_s",
                         staticmethod(lambda record: 10.0))  # any batch would overrun it
@@ -300,20 +357,25 @@ def test_under_a_sustained_overload_a_call_keeps_its_budget_and_refuses_the_rest
              for i, r in enumerate(requests)]
     refused = [i for i, c in enumerate(codes) if c == pb_utils.TritonError.UNAVAILABLE]
     assert len(refused) + codes.count(None) == len(requests) and refused
+    assert codes.count(None) == 4  # the first batch, then the budget
     message = the_answer(pb_utils, requests[refused[0]], returned, refused[0]).error().message()
     assert "overloaded" in message
     assert re.search(r"; retry after \d+ ms$", message), message  # docs/reliability.md
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("late", [0, 3])
 def test_a_call_past_its_budget_that_refuses_enough_becomes_an_overload(
-        adapter, pb_utils, monkeypatch, late):
+        adapter, pb_utils, monkeypatch, late, ahead):
     """Not yet overloaded, a call past its budget whose first decision refused ``late`` of
     the requests it decided: with none refused it serves everything; with 3 of 7 the
     scheduler enters the overload state and the call refuses the rest at once. Either
-    way, exactly one answer per request."""
+    way, exactly one answer per request; and the same where the next step would be
+    decided while the first batch runs (``ahead``: that batch and its refusals count)."""
     model = adapter.model("hold", **{"scheduler.max_batch_size": "4",
                                      "control.overload_call_budget_sla_fraction": "0.01"})
+    if ahead:
+        estimated(monkeypatch, 1_000.0)
     monkeypatch.setattr(type(model.driver), "_mean_batch_s", staticmethod(lambda record: 10.0))
     backdate(monkeypatch, model, 1.0)  # waited 1 s: a 50 ms SLA is gone
     requests = ([pb_utils.FakeRequest([500 + k, 7], sla_ms=50.0) for k in range(late)]
