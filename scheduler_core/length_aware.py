@@ -353,10 +353,11 @@ class LengthAwareFormer:
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
                 deadline_skipped, check_waste = merged_skipped, False
-        if (padded and flush and not compensation and not self.emergency
+        if (padded and flush and not compensation and not urgent_lane and not stop_noncritical
                 and not deadline_skipped and len(queue) <= size_cap):
             # The whole queue is known (a hold call's hand-over) and fits one batch: the
             # cheapest plan of two batches beats both plans above wherever a split pays.
+            # The emergency former too, outside its urgent lane: results/emergency_plan/.
             pool = top[:stop]  # the whole queue (it fits one batch)
             plan_ms = est_ms + self._rest_ms(items, members, pool)
             whole = self._whole(items, pool, plan_ms, now_s, duration_cap_ms)

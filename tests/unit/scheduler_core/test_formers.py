@@ -232,11 +232,12 @@ def _h200_minilm_scheduler() -> Scheduler:
     return Scheduler.from_profile(profile)
 
 
+@pytest.mark.parametrize("emergency", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(lengths=st.lists(st.one_of(st.integers(8, 64), st.integers(65, 512)), min_size=2,
                         max_size=64))
 def test_on_a_measured_table_a_flushed_queue_costs_no_more_than_its_cheapest_split_in_two(
-        lengths):
+        emergency, lengths):
     """The same on a measured cost table (h200_minilm, launch-bound to ~4k tokens): a
     hand-over that fits one batch, flushed with time to spare, costs by the estimate plus
     each batch's host time (``batch_host_ms``) no more than one batch, or its cheapest
@@ -244,12 +245,18 @@ def test_on_a_measured_table_a_flushed_queue_costs_no_more_than_its_cheapest_spl
     is such a prefix). Before the split was priced on tables, the former's own split of 32
     requests of the bench mix cost 10.25 ms against 7.59; before the whole queue was a
     plan too, 15 requests of 8 tokens and one of 31 ran as two batches (6.73 ms) where
-    one cost 3.92."""
+    one cost 3.92. ``emergency``: the danger zone's former in every mode, no request
+    urgent (SLAs of 10 s), so it opens no urgent lane and drains the queue: the same
+    holds (its scan alone ran 16 requests of 64 tokens, then one of 256 alone, 1.8 times
+    the device time of one batch of the 17)."""
     s = _h200_minilm_scheduler()
+    if emergency:
+        s.formers = {mode: s.formers[Mode.EMERGENCY] for mode in s.formers}
     host_ms = s.cfg.batch_host_ms
     now = 10.0
     for i, n in enumerate(lengths):  # the bench's SLA classes, 5 ms spent in Triton's queue
-        s.submit(QueuedRequest(i, n, now - 0.005, (50.0, 100.0, 200.0)[i % 3]), now)
+        sla_ms = 10_000.0 if emergency else (50.0, 100.0, 200.0)[i % 3]
+        s.submit(QueuedRequest(i, n, now - 0.005, sla_ms), now)
     total_ms = 0.0
     while s.queue_depth:
         d = s.schedule(now, flush=True)
@@ -263,6 +270,24 @@ def test_on_a_measured_table_a_flushed_queue_costs_no_more_than_its_cheapest_spl
         est.estimate_parts_ms(k, x[k - 1], 0, 0) + est.estimate_parts_ms(len(x) - k, x[-1], 0, 0)
         + 2 * host_ms for k in range(1, len(x))))
     assert total_ms <= cheapest * (1 + 1e-6)
+
+
+def test_the_emergency_former_runs_a_long_request_with_the_short_ones_where_that_is_cheaper():
+    """The case the property above found first on the live timelines (h200_minilm at time
+    scale 57, the danger zone): a hand-over of 16 requests of 64 tokens and one of 256,
+    nothing urgent, flushed. One batch of the 17 costs less than the 16, then the long one
+    alone, so it runs as one."""
+    s = _h200_minilm_scheduler()
+    s.formers = {mode: s.formers[Mode.EMERGENCY] for mode in s.formers}
+    now = 10.0
+    for i, n in enumerate([64] * 16 + [256]):
+        s.submit(QueuedRequest(i, n, now - 0.005, 10_000.0), now)
+    est = s.estimator
+    assert est.uniform_ms(17, 256) < est.uniform_ms(16, 64) + est.uniform_ms(1, 256)
+
+    decision = s.schedule(now, flush=True)
+
+    assert decision.former == "length_aware_emergency" and len(decision.batch) == 17
 
 
 def test_on_a_launch_bound_formula_the_cheapest_split_is_found_whoever_is_first():
