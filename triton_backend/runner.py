@@ -132,7 +132,7 @@ class Runner(LaunchFirst):
         ``while_running``: the caller's work while the batch is on the device;
         ``decided``: the step ``decide_ahead`` took while the last batch ran (its
         refusals answered), run now instead of deciding."""
-        ran = decided if decided is not None else self._decide(None, flush, True)
+        ran = decided if decided is not None else self._decide(None, flush)
         if not ran.step.batch:
             return ran
         started = self._run(ran.step, ran.now_s, while_running)
@@ -152,15 +152,17 @@ class Runner(LaunchFirst):
         wait for the decision. The running batch's end is heard by the engine before the
         next decision after it; until then the busy time runs to ``end_s``. None where
         the step took no batch (its refusals are answered)."""
-        ran = self._decide(end_s, True, False)
+        ran = self._decide(end_s, True)
         return ran if ran.step.batch else None
 
-    def _decide(self, now: float | None, flush: bool, device_free: bool) -> Ran:
-        """One engine step at ``now`` (None: the clock's; never before the last step's,
-        which may have been taken ahead), its refusals answered; its batch not run.
-        ``device_free``: the last batch returned (its end is heard first)."""
+    def _decide(self, now: float | None, flush: bool) -> Ran:
+        """One engine step at ``now`` (None: the clock's, the last batch returned and its
+        end heard first; else a running batch's estimated end; never before the last
+        step's, which may have been taken ahead), its refusals answered; its batch not
+        run."""
         with self.cond:
-            now = max(self._clock() if now is None else now, self._decided_s)
+            device_free = now is None
+            now = max(self._clock() if device_free else now, self._decided_s)
             self._decided_s = now
             sample, health = self.step_perception.read(now)
             if device_free:
