@@ -1,0 +1,94 @@
+"""An experiment's script, kept with its page (not a tool): the stub's CPU per answered
+request, live, split into its main thread inside ``execute()``, its main thread outside
+it (python_backend's own C++ loop: reading requests, sending responses) and its other
+threads. One server, the shipped plugin (``x_new``; ``control.infeasible_policy`` from
+POLICY, default ``serve_late`` as ``make bench``'s closed loops run it) and native, both
+with ``execute()`` wrapped to sum its own thread CPU (``time.thread_time``), on one
+EMULATED device (``benchmarks.hold_speed.DEVICES``); perf_analyzer, the bench mix, the
+closed loop at concurrency 64 (RATE unset) or Poisson at RATE req/s; the models
+rotated round by round. VARIANT=KEY=VALUE adds the plugin with that parameter too
+(``x_variant``). From the repository root:
+
+    [RATE=1840] [POLICY=reject] [VARIANT=K=V] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.getcwd())
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
+from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
+from benchmarks.procinfo import find_stub, thread_cpu_s  # noqa: E402
+from server_ops.launcher import TritonServer  # noqa: E402
+
+# Appended to each model.py: execute()'s own thread CPU, summed, written every 50 calls.
+WRAPPER = '''
+import time as _time
+_Model = TritonPythonModel
+class TritonPythonModel(_Model):
+    def initialize(self, args):
+        self._spent = [0, 0, 0.0]  # calls, requests, execute()'s thread CPU (s)
+        self._spent_path = {folder!r} + "/" + args["model_name"] + ".txt"
+        return _Model.initialize(self, args)
+    def execute(self, requests):
+        start = _time.thread_time()
+        try:
+            return _Model.execute(self, requests)
+        finally:
+            spent = self._spent
+            spent[0] += 1; spent[1] += len(requests); spent[2] += _time.thread_time() - start
+            if spent[0] % 50 == 0:
+                with open(self._spent_path, "w") as fh:
+                    fh.write(" ".join(map(str, spent)))
+'''
+PLUGIN, VARIANT = "x_new", "x_variant"
+device, ms, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rate = float(os.environ.get("RATE", "0"))
+
+
+def spent(folder: str, model: str) -> list[float]:
+    try:
+        with open(os.path.join(folder, model + ".txt")) as fh:
+            return [float(v) for v in fh.read().split()]
+    except OSError:
+        return [0.0, 0.0, 0.0]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
+    build_repo(repo, [], device=device)
+    policy = {"control.infeasible_policy": os.environ.get("POLICY", "serve_late")}
+    add_variant(repo, policy, device, name=PLUGIN)
+    models = [PLUGIN, NATIVE]
+    if os.environ.get("VARIANT"):
+        key, _, value = os.environ["VARIANT"].partition("=")
+        add_variant(repo, {**policy, key: value}, device, name=VARIANT)
+        models.insert(1, VARIANT)
+    for model in models:
+        with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
+            fh.write(WRAPPER.format(folder=tmp))
+    sla = write_input_data(os.path.join(tmp, "sla.json"), mix_entries(SLA_CLASSES_MS, 2000))
+    data = {PLUGIN: sla, VARIANT: sla,
+            NATIVE: write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, 2000))}
+    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+        for model in models:  # warm-up
+            measure(server, model, data[model], 200, 0.0, 1500)
+        for r in range(rounds):
+            for model in models[r % len(models):] + models[:r % len(models)]:
+                stub = find_stub(server.process.pid, model)
+                before, inside_before = thread_cpu_s(stub), spent(tmp, model)
+                row = measure(server, model, data[model], rate, 0.8 if rate else None, ms,
+                              concurrency=0 if rate else 64)
+                after, inside_after = thread_cpu_s(stub), spent(tmp, model)
+                n = row.answered or 1
+                main = (after[str(stub)] - before[str(stub)]) * 1e6 / n
+                others = sum(v - before.get(t, 0.0) for t, v in after.items()
+                             if t != str(stub)) * 1e6 / n
+                calls, requests, cpu = (a - b for a, b in zip(inside_after, inside_before))
+                inside = cpu * 1e6 / max(requests, 1)
+                print(f"round {r + 1} {model}: {row.throughput:.0f} req/s, "
+                      f"{row.per_call or 0:.1f} requests a call; CPU us a request: main "
+                      f"thread {main:.1f} (inside execute() {inside:.1f}, outside "
+                      f"{main - inside:.1f}), other threads {others:.1f}; execute() CPU "
+                      f"{cpu * 1e3 / max(calls, 1):.2f} ms a call", flush=True)
