@@ -221,8 +221,9 @@ class LengthAwareFormer:
         items = queue.items
         stop = 8 * size_cap if size_cap > 1 else 1
         stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
-        if (padded and flush and not compensation and not urgent_lane and not stop_noncritical
-                and len(queue) > size_cap):
+        # A hold call's hand-over is planned whole, but for a compensation batch or a lane.
+        plans = padded and flush and not (compensation or urgent_lane or stop_noncritical)
+        if plans and len(queue) > size_cap:
             # The whole queue is known (a hold call's hand-over) and needs more than one
             # batch: the cheapest plan by length, where it keeps everyone in time.
             planned = self._planned(queue, top[:stop], feasible[:stop], lengths[:stop], now_s,
@@ -353,8 +354,7 @@ class LengthAwareFormer:
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
                 deadline_skipped, check_waste = merged_skipped, False
-        if (padded and flush and not compensation and not urgent_lane and not stop_noncritical
-                and not deadline_skipped and len(queue) <= size_cap):
+        if plans and not deadline_skipped and len(queue) <= size_cap:
             # The whole queue is known (a hold call's hand-over) and fits one batch: the
             # cheapest plan of two batches beats both plans above wherever a split pays.
             # The emergency former too, outside its urgent lane: results/emergency_plan/.

@@ -232,6 +232,12 @@ def _h200_minilm_scheduler() -> Scheduler:
     return Scheduler.from_profile(profile)
 
 
+def _emergency_only(s: Scheduler) -> Scheduler:
+    """``s`` with the danger zone's former in every mode (the zone it reads aside)."""
+    s.formers = {mode: s.formers[Mode.EMERGENCY] for mode in s.formers}
+    return s
+
+
 @pytest.mark.parametrize("emergency", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(lengths=st.lists(st.one_of(st.integers(8, 64), st.integers(65, 512)), min_size=2,
@@ -251,7 +257,7 @@ def test_on_a_measured_table_a_flushed_queue_costs_no_more_than_its_cheapest_spl
     the device time of one batch of the 17)."""
     s = _h200_minilm_scheduler()
     if emergency:
-        s.formers = {mode: s.formers[Mode.EMERGENCY] for mode in s.formers}
+        _emergency_only(s)
     host_ms = s.cfg.batch_host_ms
     now = 10.0
     for i, n in enumerate(lengths):  # the bench's SLA classes, 5 ms spent in Triton's queue
@@ -277,8 +283,7 @@ def test_the_emergency_former_runs_a_long_request_with_the_short_ones_where_that
     scale 57, the danger zone): a hand-over of 16 requests of 64 tokens and one of 256,
     nothing urgent, flushed. One batch of the 17 costs less than the 16, then the long one
     alone, so it runs as one."""
-    s = _h200_minilm_scheduler()
-    s.formers = {mode: s.formers[Mode.EMERGENCY] for mode in s.formers}
+    s = _emergency_only(_h200_minilm_scheduler())
     now = 10.0
     for i, n in enumerate([64] * 16 + [256]):
         s.submit(QueuedRequest(i, n, now - 0.005, 10_000.0), now)
