@@ -46,11 +46,13 @@ def explicit_model():
 
 
 def native_model():
+    """Native's model class on ``PARAMS``' device (t4 where they name no profile), the
+    scheduler's settings (``control.*``) left out: there is no scheduler here."""
     from triton_backend.inner_model import InnerModel
     config = shipped_model_config(**PARAMS)
-    params = {**PARAMS, "executor": "emulated", "profile_dir": "emulated_explicit/profiles",
-              "hardware_profile": "t4"}
-    del params["control.refusal_late_share"]  # no scheduler here
+    params = {k: v for k, v in PARAMS.items() if not k.startswith("control.")}
+    params.update(executor="emulated", profile_dir="emulated_explicit/profiles")
+    params.setdefault("hardware_profile", "t4")
     config["parameters"] = {k: {"string_value": v} for k, v in params.items()}
     model = InnerModel()
     model.initialize(instance_args("emulated_native", config,

@@ -36,18 +36,7 @@ def spied(self, sequences, timeout_s=0.0):
 
 
 executors.EmulatedDevice.launch = spied
-if which == "native":
-    from tests.unit.triton_backend.conftest import (SHIPPED_MODEL_DIR, instance_args,
-                                                    shipped_model_config)
-    from triton_backend.inner_model import InnerModel
-    config = shipped_model_config(**cp.PARAMS)
-    params = {**cp.PARAMS, "executor": "emulated", "profile_dir": "emulated_explicit/profiles"}
-    config["parameters"] = {k: {"string_value": v} for k, v in params.items()}
-    model = InnerModel()
-    model.initialize(instance_args("emulated_native", config, os.path.join(
-        os.path.dirname(SHIPPED_MODEL_DIR), "emulated_native")))
-else:
-    model = cp.explicit_model()
+model = cp.native_model() if which == "native" else cp.explicit_model()
 with_sla = which != "native"
 cp.measure(model, cp.calls(100, per_call, with_sla), False)  # warm-up
 before, between, after, batches = [], [], [], []

@@ -30,18 +30,6 @@ cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm", "time_scale": 
              "control.infeasible_policy": os.environ.get("POLICY", "reject")}
 
 
-def native_model():
-    from triton_backend.inner_model import InnerModel
-    config = cp.shipped_model_config(**cp.PARAMS)
-    params = {k: v for k, v in cp.PARAMS.items() if not k.startswith("control.")}
-    params.update(executor="emulated", profile_dir="emulated_explicit/profiles")
-    config["parameters"] = {k: {"string_value": v} for k, v in params.items()}
-    model = InnerModel()
-    model.initialize(cp.instance_args("emulated_native", config, os.path.join(
-        os.path.dirname(cp.SHIPPED_MODEL_DIR), "emulated_native")))
-    return model
-
-
 PARTS = {  # module: the functions timed with --parts
     "triton_backend.hold_driver": ["read_launchable", "decode_call", "HoldDriver.execute"],
     "triton_backend.runner": ["Runner._decide", "Runner.submit", "Runner.take_whole",
@@ -75,7 +63,7 @@ if "--parts" in sys.argv:
         for label in names:
             owner, _, name = label.rpartition(".")
             timed(getattr(module, owner) if owner else module, name, label)
-model = cp.explicit_model() if which == "explicit" else native_model()
+model = cp.explicit_model() if which == "explicit" else cp.native_model()
 with_sla = which == "explicit"
 cp.measure(model, cp.calls(100, per_call, with_sla), False)  # warm-up
 spent.clear()

@@ -78,7 +78,7 @@ with tempfile.TemporaryDirectory() as tmp:
             for model in models[r % len(models):] + models[:r % len(models)]:
                 stub = find_stub(server.process.pid, model)
                 before, inside_before = thread_cpu_s(stub), spent(tmp, model)
-                row = measure(server, model, data[model], rate, 0.8 if rate else None, ms,
+                row = measure(server, model, data[model], rate, None, ms,
                               concurrency=0 if rate else 64)
                 after, inside_after = thread_cpu_s(stub), spent(tmp, model)
                 n = row.answered or 1
