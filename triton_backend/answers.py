@@ -206,6 +206,16 @@ def embedding_response(embedding: np.ndarray) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(output_tensors=[tensor])
 
 
+def embedding_responses(rows: np.ndarray) -> list:
+    """``embedding_response`` for each row of a batch's [B, D] outputs, in one loop (it
+    runs on every launched call): response i holds ``rows[i:i + 1]``, a view of the batch
+    made contiguous float32 once."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
+    return [response(output_tensors=[tensor("EMBEDDING", rows[i:i + 1])])
+            for i in range(len(rows))]
+
+
 def outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(
         output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])

@@ -23,8 +23,8 @@ from scheduler_core.request import QueuedRequest
 
 from .answers import Ticket
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
-from .request_decoding import (RequestError, decode_request, decode_requests, in_range,
-                               sequence_of)
+from .request_decoding import (MAX_SLA_MS, RequestError, decode_request, decode_requests,
+                               in_range, sequence_of)
 from .tensor_contract import decode_generic
 
 
@@ -53,16 +53,20 @@ class DecodedCall:
 def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival_s: float,
                 now_s: float, default_sla_ms: float, ids: itertools.count,
                 is_wake: Callable | None = None, fault_token: int = 0,
-                read: Sequence[dict] | None = None) -> DecodedCall:
+                read: Sequence[tuple] | None = None) -> DecodedCall:
     """Decode a call's ``requests`` (``tickets[i]`` is request i's, its outbox chosen by the
     driver), all arrived at ``arrival_s``. A request's deadline is its SLA (the profile's
     ``default_sla_ms`` if it gives none), or its client ``timeout`` if that is shorter
     (``request_decoding.decode_sla``); one whose timeout already passed at ``now_s``
     ends now. The call is decoded at once (``decode_all``: one token-range check).
     ``fault_token`` (a test hook, 0 = off): decoding a request holding this token id
-    raises, as a bug or a broken input would. ``read``: the call's input arrays as
-    ``read_launchable`` read them (then every request is one to decode, in range)."""
+    raises, as a bug or a broken input would. ``read``: the call's inputs as
+    ``read_launchable`` read them (every request one to decode, in range: ``_decode_read``)."""
     call = DecodedCall()
+    waited_s = now_s - arrival_s
+    if read is not None:
+        _decode_read(call, requests, tickets, read, waited_s, arrival_s, default_sla_ms, ids)
+        return call
     slots = []  # the requests to decode: all but the waker's
     for i, request in enumerate(requests):
         if is_wake is not None and is_wake(request):
@@ -70,36 +74,74 @@ def decode_call(requests: Sequence, contract, tickets: Sequence[Ticket], arrival
             tickets[i].answer(pb_utils.InferenceResponse())
         else:
             slots.append(i)
-    waited_s = now_s - arrival_s
     try:
-        decoded_all = decode_all([requests[i] for i in slots], contract, read)
+        decoded_all = decode_all([requests[i] for i in slots], contract)
         if fault_token:  # the test hook, off in service: no pass over the call then
             decoded_all = [_injected(d, fault_token) for d in decoded_all]
     except Exception:  # one request broke the call's decode: each alone, so it fails alone
         decoded_all = [_decode_alone(requests[i], contract, fault_token) for i in slots]
     for i, decoded in zip(slots, decoded_all):
-        ticket = tickets[i]
-        if isinstance(decoded, RequestError):
-            call.invalid.append((ticket, str(decoded)))
-            continue
-        if isinstance(decoded, DecodeFailure):
-            call.failed.append((ticket, str(decoded)))
-            continue
-        timeout_ms = decoded.timeout_ms
-        if timeout_ms and waited_s >= timeout_ms / 1000.0:
-            if decoded.sla_ms is not None:  # its deadline, for the SLA floor
-                call.expired_sla_ms = min(call.expired_sla_ms, decoded.sla_ms)
-            call.expired.append((ticket, (
-                f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
-                f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
-            continue
-        if timeout_ms:
-            call.timed.append((ticket, arrival_s + timeout_ms / 1000.0, timeout_ms))
-        ticket.input_ids = decoded.input_ids
-        ticket.decoded = decoded if contract is not None else None
-        call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,
-                                         decoded.sla_ms or default_sla_ms, ticket))
+        _sort(call, tickets[i], decoded, contract, waited_s, arrival_s, default_sla_ms, ids)
     return call
+
+
+def _sort(call: DecodedCall, ticket: Ticket, decoded, contract, waited_s: float,
+          arrival_s: float, default_sla_ms: float, ids: itertools.count) -> None:
+    """One decoded request (or its error) into ``call``: invalid, failed, expired (its
+    client timeout passed in the ``waited_s`` it waited), or queued (timed where it
+    carries a timeout)."""
+    if isinstance(decoded, RequestError):
+        call.invalid.append((ticket, str(decoded)))
+        return
+    if isinstance(decoded, DecodeFailure):
+        call.failed.append((ticket, str(decoded)))
+        return
+    timeout_ms = decoded.timeout_ms
+    if timeout_ms and waited_s >= timeout_ms / 1000.0:
+        if decoded.sla_ms is not None:  # its deadline, for the SLA floor
+            call.expired_sla_ms = min(call.expired_sla_ms, decoded.sla_ms)
+        call.expired.append((ticket, (
+            f"request timed out: its timeout of {timeout_ms:.1f} ms passed while it "
+            f"waited in Triton's queue (waited at least {waited_s * 1000.0:.1f} ms)")))
+        return
+    if timeout_ms:
+        call.timed.append((ticket, arrival_s + timeout_ms / 1000.0, timeout_ms))
+    ticket.input_ids = decoded.input_ids
+    ticket.decoded = decoded if contract is not None else None
+    call.queued.append(QueuedRequest(next(ids), int(decoded.input_ids.size), arrival_s,
+                                     decoded.sla_ms or default_sla_ms, ticket))
+
+
+def _decode_read(call: DecodedCall, requests: Sequence, tickets: Sequence[Ticket],
+                 read: Sequence[tuple], waited_s: float, arrival_s: float,
+                 default_sla_ms: float, ids: itertools.count) -> None:
+    """``decode_call`` of a call ``read_launchable`` read (every sequence valid and in
+    range). The usual request (no parameters, no client timeout, and no SLA_MS or one FP32
+    value ``sla_value`` takes as it is) is queued in the loop, with no call: it runs on
+    every launched call. Any other is decoded as ``decode_call`` decodes it
+    (``decode_requests``, then ``_sort``)."""
+    queued = call.queued
+    for request, ticket, (sequence, sla_input) in zip(requests, tickets, read):
+        try:
+            text, timeout = request.parameters(), request.timeout()
+            usual = not timeout and (not text or text == "{}") and (sla_input is None or (
+                sla_input.size == 1 and sla_input.dtype is _FP32))
+        except Exception:  # decoded below, which names what fails
+            usual = False
+        if usual:
+            sla_ms = default_sla_ms if sla_input is None else sla_input.item()
+            if 0.0 < sla_ms <= MAX_SLA_MS:
+                ticket.input_ids = sequence
+                queued.append(QueuedRequest(next(ids), sequence.size, arrival_s, sla_ms,
+                                            ticket))
+                continue
+        try:
+            decoded = decode_requests([(sequence, sla_input, request_parameters(request),
+                                        timeout_us(request))], MINILM_MAX_SEQ_LEN,
+                                      MINILM_VOCAB_SIZE, checked=True)[0]
+        except Exception as exc:
+            decoded = _failure(exc)
+        _sort(call, ticket, decoded, None, waited_s, arrival_s, default_sla_ms, ids)
 
 
 class DecodeFailure(Exception):
@@ -124,8 +166,13 @@ def _decode_alone(request, contract, fault_token: int = 0):
     except RequestError as exc:
         return exc
     except Exception as exc:
-        return DecodeFailure(f"could not decode this request: {type(exc).__name__} while "
-                             "reading its inputs (the rest of its call is served)")
+        return _failure(exc)
+
+
+def _failure(exc: Exception) -> DecodeFailure:
+    """What decoding one request raised, other than a ``RequestError``, named by type."""
+    return DecodeFailure(f"could not decode this request: {type(exc).__name__} while "
+                         "reading its inputs (the rest of its call is served)")
 
 
 def request_parameters(request) -> dict:
@@ -146,6 +193,7 @@ def timeout_us(request) -> int:
 
 
 INPUT_IDS, SLA_MS = "INPUT_IDS", "SLA_MS"
+_INT64, _FP32 = np.dtype(np.int64), np.dtype(np.float32)  # read_launchable's usual dtypes
 _EMBEDDING_INPUTS = (INPUT_IDS, SLA_MS)  # what a request of that contract may carry
 
 
@@ -187,12 +235,11 @@ def decode(request, contract=None):
                           MINILM_VOCAB_SIZE, timeout)
 
 
-def decode_all(requests, contract=None, read: Sequence[dict] | None = None) -> list:
+def decode_all(requests, contract=None) -> list:
     """``decode`` for each of a call's requests, in order: the decoded request, or the
     ``RequestError`` naming its problem (a bad request fails alone). For the INPUT_IDS ->
     EMBEDDING contract the token ids are range-checked once for the whole call
-    (``request_decoding.decode_requests``); ``read``: its arrays, read and range-checked
-    already (``read_launchable``)."""
+    (``request_decoding.decode_requests``)."""
     if contract is not None:
         out = []
         for request in requests:
@@ -201,29 +248,41 @@ def decode_all(requests, contract=None, read: Sequence[dict] | None = None) -> l
             except RequestError as exc:
                 out.append(exc)
         return out
-    if read is not None:
-        return decode_requests([(a[INPUT_IDS], a[SLA_MS], request_parameters(r), timeout_us(r))
-                                for r, a in zip(requests, read)],
-                               MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE, checked=True)
     return decode_requests([_embedding_inputs(r) for r in requests], MINILM_MAX_SEQ_LEN,
                            MINILM_VOCAB_SIZE)
 
 
-def read_launchable(requests) -> tuple[list[dict], list[np.ndarray]] | None:
+def read_launchable(requests) -> tuple[list[tuple], list[np.ndarray]] | None:
     """Intake hold's launch first, for the INPUT_IDS -> EMBEDDING contract: each request's
-    input arrays (``_arrays``: SLA_MS, and INPUT_IDS as its token sequence), checked as
-    ``decode_request`` checks it (the range once for the call), where every request's is
-    valid; None where one is not, or cannot be read (the call is then decoded whole first,
-    which names the problem). Nothing else of a request is read: its SLA, parameters and timeout are
-    decoded later (``decode_call`` with ``read``), beside the device."""
+    (token sequence, SLA_MS array or None), the sequence checked as ``decode_request``
+    checks it (the range once for the call), where every request's is valid; None where
+    one is not, or cannot be read (the call is then decoded whole first, which names the
+    problem). Nothing else of a request is read: its SLA, parameters and timeout are
+    decoded later (``decode_call`` with ``read``), beside the device.
+
+    One loop and no call a request for the usual one ([1, L] INT64 and contiguous, L within
+    the model's limit: ``sequence_of``'s checks, and its result); any other goes through
+    ``sequence_of``, which takes or refuses it. It runs first on every launched call."""
     read, sequences = [], []
     try:
         for request in requests:
-            arrays = _arrays(request, _EMBEDDING_INPUTS)
-            arrays[INPUT_IDS] = sequence_of(arrays[INPUT_IDS], MINILM_MAX_SEQ_LEN,
-                                            MINILM_VOCAB_SIZE, token_range=False)
-            sequences.append(arrays[INPUT_IDS])  # checked: decode_call takes it as it is
-            read.append(arrays)
+            ids = sla = None
+            for tensor in request.inputs():
+                name = tensor.name()
+                if name == INPUT_IDS:
+                    ids = tensor.as_numpy()
+                elif name == SLA_MS:
+                    sla = tensor.as_numpy()
+            shape = None if ids is None else ids.shape
+            if (shape is not None and len(shape) == 2 and shape[0] == 1
+                    and 0 < shape[1] <= MINILM_MAX_SEQ_LEN and ids.dtype is _INT64
+                    and ids.flags.c_contiguous):
+                ids = ids[0]  # a view, contiguous as its array is
+            else:
+                ids = sequence_of(ids, MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE,
+                                  token_range=False)
+            sequences.append(ids)  # checked: decode_call takes it as it is
+            read.append((ids, sla))
     except Exception:  # an input error, or a request that breaks reading: named there
         return None
     return (read, sequences) if sequences and in_range(sequences, MINILM_VOCAB_SIZE) else None

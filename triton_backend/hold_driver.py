@@ -141,9 +141,10 @@ class HoldDriver:
         # before the device starts (``Runner.launch_first``); the rest runs beside it. Not
         # a call old enough to ask whether its clients cancelled (asked before it runs).
         young = now - min(arrival, earliest) < CANCEL_CHECK_MIN_WAIT_S * runner.wait_scale
-        read = read_launchable(requests) if self._launches_first and young else None
+        read = read_launchable(requests) if self._launches_first else None
         read_s = self._clock()
-        launched = runner.launch_first(read[1], now, arrival) if read is not None else None
+        launched = (runner.launch_first(read[1], now, arrival) if read is not None and young
+                    else None)
         record = self.timeline.begin(now, len(requests))
         record.arrival_s, record.handed_over = arrival, handed_over
         answers = CallList(requests)

@@ -17,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 from scheduler_core.engine import AS_HANDED, Step
 from scheduler_core.request import QueuedRequest, Served
 
-from .answers import Ticket, answer_all, embedding_response
+from .answers import Ticket, answer_all, embedding_responses
 from .executors import FailedLaunch, Launched, launch
 from .metric_catalog import SIDECAR_DISABLED
 
@@ -120,7 +120,7 @@ class LaunchFirst:
         if rows is None:
             self.metrics.on_event("batch_failures_total")
             return False
-        answer_all(tickets, map(embedding_response, rows[:, None]))  # row i as [1, dim]
+        answer_all(tickets, embedding_responses(rows))  # row i as [1, dim]
         return True
 
     # -- a batch's end, for both paths (``Runner._run_batch``'s too) --------------------

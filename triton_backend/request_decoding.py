@@ -15,6 +15,7 @@ from scheduler_core.safe_repr import short_repr
 
 # Above an hour an "SLA" is a typo, not a latency target.
 MAX_SLA_MS = 3_600_000.0
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 # Token id 0 is [PAD] in the BERT vocabulary: padded batches mark padding with it.
 PAD_TOKEN_ID = 0
 
@@ -162,7 +163,8 @@ def in_range(sequences: Sequence[np.ndarray], vocab_size: int) -> bool:
     """Whether every token id of ``sequences`` (one or more) is a valid id, 1..vocab_size-1:
     two reductions over the call, not two a request."""
     ids = np.concatenate(sequences) if len(sequences) > 1 else sequences[0]
-    return int(ids.min()) >= 1 and int(ids.max()) < vocab_size
+    # The ufuncs' reductions themselves: ndarray.min and max go through a Python wrapper.
+    return int(_MIN(ids)) >= 1 and int(_MAX(ids)) < vocab_size
 
 
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
