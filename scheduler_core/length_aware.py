@@ -106,20 +106,17 @@ class LengthAwareFormer:
             met += sum(1 for slot in chunk if items[slot].deadline_s >= end_s)
         return met, end_s
 
-    def _whole(self, items, pool: list[int], plan_ms: float, now_s: float,
+    def _whole(self, items, pool: list[int], now_s: float,
                duration_cap_ms: float) -> tuple[list[int], float, float] | None:
-        """``pool``'s slots as one batch where that costs less than ``plan_ms`` and every
-        member ends in time in it (within ``max_batch_tokens`` and ``duration_cap_ms``):
-        (the slots, the estimate, the tightest deadline), or None. On a measured table a
-        batch of longer sequences can cost less than one of shorter ones, so the scan's
-        own split can cost more than no split at all."""
+        """``pool``'s slots as one batch where every member ends in time in it (within
+        ``max_batch_tokens`` and ``duration_cap_ms``): (the slots, the estimate, the
+        tightest deadline), or None."""
         lengths = [items[slot].seq_len for slot in pool]
         if len(lengths) < 2 or len(lengths) * max(lengths) > self.cfg.max_batch_tokens:
             return None
         whole_ms = self._lengths_ms(lengths)
         deadline = min(items[slot].deadline_s for slot in pool)
-        if (whole_ms >= plan_ms or whole_ms > duration_cap_ms
-                or deadline < now_s + whole_ms / 1000.0):
+        if whole_ms > duration_cap_ms or deadline < now_s + whole_ms / 1000.0:
             return None
         return list(pool), whole_ms, deadline
 
@@ -127,10 +124,10 @@ class LengthAwareFormer:
                          duration_cap_ms: float) -> tuple[list[int], float, float] | None:
         """The cheapest split in two of ``pool``'s slots (a queue that fits one batch)
         on a padded device (formula or measured table): the ``k`` shortest first, then
-        the rest (each within
-        ``max_batch_tokens``, the first within ``duration_cap_ms``), where that costs
-        less than ``plan_ms`` and every member ends in time in it; (the first batch's
-        slots, its estimate, its tightest deadline), or None.
+        the rest (each within ``max_batch_tokens``, the first within ``duration_cap_ms``),
+        where that costs less than ``plan_ms`` (the queue as one batch, where it ends
+        everyone in time) and every member ends in time in it; (the first batch's slots,
+        its estimate, its tightest deadline), or None.
 
         A padded batch costs its size times its longest, so the cheapest two-batch plan
         puts a shortest-first prefix beside the rest (on the formula no plan of more
@@ -163,7 +160,7 @@ class LengthAwareFormer:
         deadline = min(items[slot].deadline_s for slot in order[:k])
         if deadline < first_end or min(items[slot].deadline_s for slot in order[k:]) < (
                 first_end + rest_ms / 1000.0):
-            return None  # someone would end late in it: leave the plans above
+            return None  # someone would end late in it: the scan decides
         return order[:k], first_ms, deadline
 
     def _planned(self, queue: EntryQueue, pool: list[int], feasible: list[bool],
@@ -223,15 +220,25 @@ class LengthAwareFormer:
         stop_noncritical = self.emergency and ctl.emergency_stop_noncritical
         # A hold call's hand-over is planned whole, but for a compensation batch or a lane.
         plans = padded and flush and not (compensation or urgent_lane or stop_noncritical)
+        planned = None
         if plans and len(queue) > size_cap:
             # The whole queue is known (a hold call's hand-over) and needs more than one
             # batch: the cheapest plan by length, where it keeps everyone in time.
             planned = self._planned(queue, top[:stop], feasible[:stop], lengths[:stop], now_s,
                                     size_cap, duration_cap_ms)
-            if planned is not None:
-                slots, est_ms, deadline = planned
-                return Candidate([items[slot] for slot in slots], est_ms,
-                                 len(slots) >= size_cap, Reason.FLUSH, deadline)
+        elif plans:
+            # The whole queue is known and fits one batch: the cheapest plan of one batch or
+            # two (shortest first) where every member ends in time; on a padded cost no plan
+            # of two is cheaper, so the scan below decides only where it makes someone late
+            # (the emergency former too, outside its lane: results/emergency_plan/).
+            pool = top[:stop]  # the whole queue
+            whole = self._whole(items, pool, now_s, duration_cap_ms)
+            planned = self._cheapest_prefix(items, pool, whole[1] if whole else math.inf,
+                                            now_s, duration_cap_ms) or whole
+        if planned is not None:
+            slots, est_ms, deadline = planned
+            return Candidate([items[slot] for slot in slots], est_ms, len(slots) >= size_cap,
+                             Reason.FLUSH, deadline)
 
         seed_ok, seed = feasible[0], items[top[0]]
         seed_deadline = seed.deadline_s if seed_ok else math.inf
@@ -354,19 +361,6 @@ class LengthAwareFormer:
                     est_ms + self._rest_ms(items, members, merged)):
                 members, est_ms, deadline = merged, merged_ms, merged_deadline
                 deadline_skipped, check_waste = merged_skipped, False
-        if plans and not deadline_skipped and len(queue) <= size_cap:
-            # The whole queue is known (a hold call's hand-over) and fits one batch: the
-            # cheapest plan of two batches beats both plans above wherever a split pays.
-            # The emergency former too, outside its urgent lane: results/emergency_plan/.
-            pool = top[:stop]  # the whole queue (it fits one batch)
-            plan_ms = est_ms + self._rest_ms(items, members, pool)
-            whole = self._whole(items, pool, plan_ms, now_s, duration_cap_ms)
-            if whole is not None:  # the scan's plan costs more than the queue as one batch
-                members, est_ms, deadline = whole
-                plan_ms = est_ms
-            prefix = self._cheapest_prefix(items, pool, plan_ms, now_s, duration_cap_ms)
-            if prefix is not None:
-                members, est_ms, deadline = prefix
         if deadline_skipped:
             # Guard only where the guard pays: leaving candidates out for a member's
             # deadline costs another batch's launch, which delays everyone after it: the
