@@ -95,7 +95,7 @@ class AsHandedRule:
         # registered before this tick too. Only the smallest can set it; one infeasible
         # even alone is declined below anyway.
         tightest, first_deadline, oldest_arrival = _extremes(batch)
-        self.controller.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
+        self.controller.note_sla(tightest.sla_ms, self._alone_ms(tightest.seq_len))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
         batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms,
@@ -140,9 +140,13 @@ class AsHandedRule:
         if not batch:
             return
         tightest, first_deadline_s, _ = _extremes(batch)
-        loop.note_sla(tightest.sla_ms, self.estimator.uniform_ms(1, tightest.seq_len))
+        loop.note_sla(tightest.sla_ms, self._alone_ms(tightest.seq_len))
         loop.tick(now_s, _HandedOver(len(batch), first_deadline_s))
         self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
+
+    def _alone_ms(self, length: int) -> float:
+        """``CostEstimator.uniform_ms(1, length)``, from the memo ``submit`` reads."""
+        return self._estimates(length)[0] * self.estimator.correction
 
     def _whole_ms(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
                   tightest_sla_ms: float | None, oldest_arrival_s: float) -> float | None:

@@ -152,7 +152,9 @@ class CallList:
         """The call's returned list: every answer built, ``None`` for those sent early."""
         with _ANSWER_LOCK:
             responses = list(self.responses)
-        return [None if r is _SENT else built(r) for r in responses]
+        ready = pb_utils.InferenceResponse  # most are built already: no call for those
+        return [r if type(r) is ready else None if r is _SENT else built(r)
+                for r in responses]
 
 
 class Answers:

@@ -204,6 +204,8 @@ class HoldDriver:
 
     def _end_at_once(self, call: DecodedCall) -> None:
         """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""
+        if not (call.invalid or call.failed or call.expired or call.timed):
+            return  # the usual call: nothing to end or watch
         runner = self.runner
         runner.answers.refuse_each(call.invalid, "invalid_input")
         runner.answers.refuse_each(call.failed, "decode_failed")

@@ -8,9 +8,12 @@ model as Triton's batcher runs it. Prints the thread CPU per request (warm, then
 read between calls so each starts with cold caches, the read not counted), the Python
 function calls per call (cProfile's count: deterministic), and with ``--parts`` the thread
 CPU per request of the plugin's parts (each part's own calls, warm, nested parts inside
-their callers'). From the repository root:
+their callers'). TS sets the time scale (default 1; at 0.01 the calls run back to back
+and the CPU reads steadily). It imports the plugin from the working directory, so run
+from a worktree of another commit it measures that commit's code. From the repository
+root:
 
-    .venv/bin/python results/stub_cpu_split/call_census.py MODEL PER_CALL CALLS [--parts]
+    [TS=0.01] .venv/bin/python results/stub_cpu_split/call_census.py MODEL PER_CALL CALLS [--parts]
 """
 import cProfile
 import os
@@ -25,7 +28,8 @@ import numpy as np  # noqa: E402
 import benchmarks.call_path as cp  # noqa: E402  (installs the fake pb_utils)
 
 which, per_call, n_calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm", "time_scale": "1",
+cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm",
+             "time_scale": os.environ.get("TS", "1"),
              "control.refusal_late_share": "0.2",
              "control.infeasible_policy": os.environ.get("POLICY", "reject")}
 

@@ -869,3 +869,6 @@ def test_a_requests_estimates_are_the_estimators_as_its_refit_moves(name):
     after = queued_estimates(100, 2.0)
     assert after == fresh(100)
     assert (after[0] > before[0]) == (est.table is not None)
+    # The as-handed rule notes a hand-over's tightest SLA with its estimate alone from the
+    # same memo: the estimator's own, as it moved.
+    assert s._alone_ms(100) == est.uniform_ms(1, 100)
