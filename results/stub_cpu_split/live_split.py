@@ -7,9 +7,10 @@ with ``execute()`` wrapped to sum its own thread CPU (``time.thread_time``), on 
 EMULATED device (``benchmarks.hold_speed.DEVICES``); perf_analyzer, the bench mix, the
 closed loop at concurrency 64 (RATE unset) or Poisson at RATE req/s; the models
 rotated round by round. VARIANT=KEY=VALUE adds the plugin with that parameter too
-(``x_variant``). From the repository root:
+(``x_variant``); BASE=PATH adds the plugin as the checkout at PATH has it (``x_base``: its
+stub imports from PATH first). From the repository root:
 
-    [RATE=1840] [POLICY=reject] [VARIANT=K=V] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
+    [RATE=1840] [POLICY=reject] [VARIANT=K=V] [BASE=PATH] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
 """
 import os
 import sys
@@ -41,7 +42,7 @@ class TritonPythonModel(_Model):
                 with open(self._spent_path, "w") as fh:
                     fh.write(" ".join(map(str, spent)))
 '''
-PLUGIN, VARIANT = "x_new", "x_variant"
+PLUGIN, VARIANT, BASE = "x_new", "x_variant", "x_base"
 device, ms, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rate = float(os.environ.get("RATE", "0"))
 
@@ -65,11 +66,19 @@ with tempfile.TemporaryDirectory() as tmp:
         key, _, value = os.environ["VARIANT"].partition("=")
         add_variant(repo, {**policy, key: value}, device, name=VARIANT)
         models.insert(1, VARIANT)
+    if os.environ.get("BASE"):  # the plugin as another checkout has it, in its own stub
+        add_variant(repo, policy, device, name=BASE)
+        path = os.path.join(repo, BASE, "1", "model.py")
+        with open(path) as fh:
+            text = fh.read()
+        with open(path, "w") as fh:
+            fh.write(f"import sys; sys.path.insert(0, {os.environ['BASE']!r})\n{text}")
+        models.insert(1, BASE)
     for model in models:
         with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
             fh.write(WRAPPER.format(folder=tmp))
     sla = write_input_data(os.path.join(tmp, "sla.json"), mix_entries(SLA_CLASSES_MS, 2000))
-    data = {PLUGIN: sla, VARIANT: sla,
+    data = {PLUGIN: sla, VARIANT: sla, BASE: sla,
             NATIVE: write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, 2000))}
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
         for model in models:  # warm-up
@@ -80,6 +89,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 before, inside_before = thread_cpu_s(stub), spent(tmp, model)
                 row = measure(server, model, data[model], rate, None, ms,
                               concurrency=0 if rate else 64)
+                if row.throughput is None:  # perf_analyzer stopped (a refusal, under reject)
+                    print(f"round {r + 1} {model}: failed: {row.error}", flush=True)
+                    continue
                 after, inside_after = thread_cpu_s(stub), spent(tmp, model)
                 n = row.answered or 1
                 main = (after[str(stub)] - before[str(stub)]) * 1e6 / n
