@@ -23,8 +23,8 @@ from scheduler_core.request import QueuedRequest
 
 from .answers import Ticket
 from .executors import MINILM_MAX_SEQ_LEN, MINILM_VOCAB_SIZE
-from .request_decoding import (MAX_SLA_MS, RequestError, decode_request, decode_requests,
-                               in_range, sequence_of)
+from .request_decoding import (MAX_SLA_MS, DecodedRequest, RequestError, decode_request,
+                               decode_requests, decode_sla, in_range, sequence_of)
 from .tensor_contract import decode_generic
 
 
@@ -118,8 +118,8 @@ def _decode_read(call: DecodedCall, requests: Sequence, tickets: Sequence[Ticket
     """``decode_call`` of a call ``read_launchable`` read (every sequence valid and in
     range). The usual request (no parameters, no client timeout, and no SLA_MS or one FP32
     value ``sla_value`` takes as it is) is queued in the loop, with no call: it runs on
-    every launched call. Any other is decoded as ``decode_call`` decodes it
-    (``decode_requests``, then ``_sort``)."""
+    every launched call. Any other has its SLA decoded as ``decode_call`` decodes it
+    (``decode_sla``, then ``_sort``)."""
     queued = call.queued
     for request, ticket, (sequence, sla_input) in zip(requests, tickets, read):
         try:
@@ -135,10 +135,12 @@ def _decode_read(call: DecodedCall, requests: Sequence, tickets: Sequence[Ticket
                 queued.append(QueuedRequest(next(ids), sequence.size, arrival_s, sla_ms,
                                             ticket))
                 continue
-        try:
-            decoded = decode_requests([(sequence, sla_input, request_parameters(request),
-                                        timeout_us(request))], MINILM_MAX_SEQ_LEN,
-                                      MINILM_VOCAB_SIZE, checked=True)[0]
+        try:  # its sequence is read and checked: only its SLA is left to decode
+            parameters, timeout = request_parameters(request), timeout_us(request)
+            decoded = DecodedRequest(sequence, decode_sla(sla_input, parameters, timeout),
+                                     timeout / 1000.0)
+        except RequestError as exc:
+            decoded = exc
         except Exception as exc:
             decoded = _failure(exc)
         _sort(call, ticket, decoded, None, waited_s, arrival_s, default_sla_ms, ids)

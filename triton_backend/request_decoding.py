@@ -15,7 +15,6 @@ from scheduler_core.safe_repr import short_repr
 
 # Above an hour an "SLA" is a typo, not a latency target.
 MAX_SLA_MS = 3_600_000.0
-_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 # Token id 0 is [PAD] in the BERT vocabulary: padded batches mark padding with it.
 PAD_TOKEN_ID = 0
 
@@ -129,26 +128,21 @@ def sequence_of(input_ids: np.ndarray | None, max_seq_len: int, vocab_size: int,
 
 def decode_requests(inputs: Sequence[tuple[np.ndarray | None, np.ndarray | None,
                                            Mapping[str, Any], int]],
-                    max_seq_len: int, vocab_size: int,
-                    checked: bool = False) -> list[DecodedRequest | RequestError]:
+                    max_seq_len: int, vocab_size: int) -> list[DecodedRequest | RequestError]:
     """``decode_request`` for each of a call's requests (``inputs``: INPUT_IDS, SLA_MS,
     parameters, timeout in us), in order: the decoded request, or the ``RequestError``
     naming its problem. The token ids' range is checked once over the whole call (two
     reductions instead of two per request); only where that fails is each request looked
-    at alone, so the bad one is named and fails alone. ``checked``: each INPUT_IDS is
-    its request's 1-D sequence, checked already, its range too (``decode.read_launchable``):
-    only the SLA is decoded."""
+    at alone, so the bad one is named and fails alone."""
     out: list[DecodedRequest | RequestError] = []
     for input_ids, sla_input, parameters, timeout in inputs:
         try:
-            out.append(DecodedRequest(input_ids, decode_sla(sla_input, parameters, timeout),
-                                      timeout / 1000.0) if checked else
-                       decode_request(input_ids, sla_input, parameters, max_seq_len,
+            out.append(decode_request(input_ids, sla_input, parameters, max_seq_len,
                                       vocab_size, timeout, token_range=False))
         except RequestError as exc:
             out.append(exc)
     sequences = [d.input_ids for d in out if isinstance(d, DecodedRequest)]
-    if checked or not sequences or in_range(sequences, vocab_size):
+    if not sequences or in_range(sequences, vocab_size):
         return out
     for i, d in enumerate(out):
         if isinstance(d, DecodedRequest):
@@ -164,7 +158,7 @@ def in_range(sequences: Sequence[np.ndarray], vocab_size: int) -> bool:
     two reductions over the call, not two a request."""
     ids = np.concatenate(sequences) if len(sequences) > 1 else sequences[0]
     # The ufuncs' reductions themselves: ndarray.min and max go through a Python wrapper.
-    return int(_MIN(ids)) >= 1 and int(_MAX(ids)) < vocab_size
+    return int(np.minimum.reduce(ids)) >= 1 and int(np.maximum.reduce(ids)) < vocab_size
 
 
 def decode_sla(sla_input: np.ndarray | None, parameters: Mapping[str, Any],
