@@ -218,6 +218,39 @@ def embedding_responses(rows: np.ndarray) -> list:
             for i in range(len(rows))]
 
 
+class EmbeddingSlots:
+    """A batch's EMBEDDING responses, built while the batch is on the device, before its
+    outputs exist: response i holds row i of a [rows, width] float32 buffer, which
+    ``responses`` fills with the batch's outputs. A ``pb_utils.Tensor`` made from a
+    C-contiguous array keeps that array, not a copy, and python_backend copies it into
+    shared memory only when its response is returned or sent (r24.10's numpy ``PbTensor``
+    constructor and ``SaveToSharedMemory``; checked live on 2.51), so the rows may be
+    written until then. Building them costs the host what it costs after the batch; built
+    beside the device, they are not host time between the device's end and the call's."""
+
+    __slots__ = ("buffer", "built")
+
+    def __init__(self, rows: int, width: int):
+        self.buffer = np.empty((rows, width), np.float32)
+        self.built = embedding_responses(self.buffer)
+
+    def responses(self, outputs) -> list:
+        """The batch's responses holding ``outputs`` ([rows, width] floats): the ones built,
+        filled; outputs of another shape or kind get theirs built anew."""
+        rows = np.asarray(outputs)
+        if rows.shape != self.buffer.shape or rows.dtype.kind != "f":
+            return embedding_responses(rows)
+        np.copyto(self.buffer, rows)
+        return self.built
+
+
+def embedding_slots(executor, rows: int) -> EmbeddingSlots | None:
+    """``EmbeddingSlots`` for a batch of ``rows`` on ``executor``, where it names the width
+    of its outputs (``output_dim``); None: build the responses from the outputs."""
+    width = getattr(executor, "output_dim", None)
+    return EmbeddingSlots(rows, width) if rows and isinstance(width, int) else None
+
+
 def outputs_response(outputs: dict[str, np.ndarray]) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(
         output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])

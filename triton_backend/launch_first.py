@@ -17,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 from scheduler_core.engine import AS_HANDED, Step
 from scheduler_core.request import QueuedRequest, Served
 
-from .answers import Ticket, answer_all, embedding_responses
+from .answers import Ticket, answer_all, embedding_responses, embedding_slots
 from .executors import FailedLaunch, Launched, launch
 from .metric_catalog import SIDECAR_DISABLED
 
@@ -109,6 +109,7 @@ class LaunchFirst:
         failed (its requests refused) or the watchdog answered it (the rows dropped)."""
         rows = None
         try:
+            slots = embedding_slots(self.executor, len(tickets))  # while the device runs
             rows = np.asarray(launched.flight.result())
             self._executor_ran(launched.flight, launched.launched_s)
         except Exception as exc:  # fail this batch's requests, keep the driver going
@@ -120,7 +121,8 @@ class LaunchFirst:
         if rows is None:
             self.metrics.on_event("batch_failures_total")
             return False
-        answer_all(tickets, embedding_responses(rows))  # row i as [1, dim]
+        # row i as [1, dim]
+        answer_all(tickets, slots.responses(rows) if slots else embedding_responses(rows))
         return True
 
     # -- a batch's end, for both paths (``Runner._run_batch``'s too) --------------------

@@ -35,7 +35,8 @@ from scheduler_core.engine import Engine, Step
 from scheduler_core.contract import refusal_message
 from scheduler_core.request import QueuedRequest, Served
 
-from .answers import Answers, answer_all, embedding_response, outputs_response, retry_hint
+from .answers import (Answers, answer_all, embedding_response, embedding_slots,
+                      outputs_response, retry_hint)
 from .bls import call_timeout_s
 from .deferred import Deferred
 from .executors import launch
@@ -319,8 +320,10 @@ class Runner(LaunchFirst):
             self.deferred.run_all()
             if while_running is not None:
                 self.deferred.guarded(while_running, started, estimated_ms)
+            # The EMBEDDING contract's responses are built while the device runs.
+            slots = self.contract is None and embedding_slots(self.executor, len(batch))
             out = flight.result()
-            builders = self._builders(out)
+            builders = slots.responses(out) if slots else self._builders(out)
             self._executor_ran(flight, launched_s)
             succeeded = True
         except Exception as exc:  # fail this batch's requests, keep the driver going

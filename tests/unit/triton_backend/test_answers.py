@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from triton_backend.answers import (ENDINGS, Answers, CallList, Ticket, answer_all,
-                                    embedding_response, error)
+from triton_backend.answers import (ENDINGS, Answers, CallList, EmbeddingSlots, Ticket,
+                                    answer_all, embedding_response, embedding_slots, error)
 from triton_backend.metric_catalog import REJECT_REASONS
 
 
@@ -101,3 +101,34 @@ def test_a_batchs_answers_go_to_each_ticket_once_and_an_earlier_answer_stays(pb_
     assert outbox.delivered == [(tickets[1], earlier), (tickets[0], responses[0]),
                                 (tickets[2], responses[2])]
     assert all(t.answered for t in tickets)
+
+
+def test_slots_built_before_the_outputs_answer_each_row_with_the_outputs_given_after(pb_utils):
+    slots = EmbeddingSlots(3, 4)
+    built = list(slots.built)  # what a batch builds while it is on the device
+    outputs = np.arange(12, dtype=np.float64).reshape(3, 4)
+    responses = slots.responses(outputs)
+    assert responses == built  # the same objects, filled: nothing built after the batch
+    tensors = [r.output_tensors()[0] for r in responses]
+    assert [t.name() for t in tensors] == ["EMBEDDING"] * 3
+    assert [t.as_numpy().tolist() for t in tensors] == [[row] for row in outputs.tolist()]
+    assert all(t.as_numpy().dtype == np.float32 for t in tensors)
+
+
+def test_slots_given_outputs_of_another_shape_or_kind_build_responses_from_the_outputs(
+        pb_utils):
+    for outputs in (np.ones((2, 4)), np.ones((3, 5)), np.ones((3, 4), dtype=np.int64)):
+        slots = EmbeddingSlots(3, 4)
+        responses = slots.responses(outputs)
+        assert all(r not in slots.built for r in responses)
+        assert [r.output_tensors()[0].as_numpy().tolist() for r in responses] == [
+            [row] for row in outputs.tolist()]
+
+
+def test_slots_only_for_an_executor_that_names_its_output_width(pb_utils):
+    class Wide:
+        output_dim = 8
+
+    assert embedding_slots(Wide(), 2).buffer.shape == (2, 8)
+    assert embedding_slots(object(), 2) is None  # no width: built from the outputs
+    assert embedding_slots(Wide(), 0) is None
