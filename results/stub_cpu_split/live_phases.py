@@ -1,0 +1,153 @@
+"""An experiment's script, kept with its page (not a tool): where each live stub's
+``execute()`` thread CPU goes, by function. The shipped plugin (``x_new``, as
+``live_split.py`` runs it, ``serve_late``) and native in one server on one EMULATED device;
+each model.py wraps a list of the plugin's and native's functions to sum their own thread
+CPU (``time.thread_time_ns``, inclusive: a function's figure holds what it calls; the
+wrappers add their own cost, about 0.5 us a wrapped call). perf_analyzer, the bench mix,
+Poisson at RATE req/s (0: the closed loop at concurrency 64), ROUNDS rounds of MS,
+alternated. From the repository root:
+
+    .venv/bin/python results/stub_cpu_split/live_phases.py DEVICE MS ROUNDS RATE
+"""
+import os, sys, tempfile, json
+sys.path.insert(0, os.getcwd())
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
+from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure
+from server_ops.launcher import TritonServer
+WRAP = r'''
+import time as _t, json as _j, importlib as _il
+_ACC = {}
+def _wrap(owner, attr, label):
+    f = getattr(owner, attr)
+    def w(*a, **k):
+        s = _t.thread_time_ns()
+        try:
+            return f(*a, **k)
+        finally:
+            x = _ACC.get(label)
+            if x is None:
+                x = _ACC[label] = [0, 0]
+            x[0] += _t.thread_time_ns() - s; x[1] += 1
+    setattr(owner, attr, w)
+_SPECS = [
+ ("triton_backend.hold_driver", "HoldDriver", "execute"),
+ ("triton_backend.hold_driver", None, "read_launchable"),
+ ("triton_backend.hold_driver", None, "decode_call"),
+ ("triton_backend.hold_driver", "HoldDriver", "_end_at_once"),
+ ("triton_backend.hold_driver", "HoldDriver", "_run"),
+ ("triton_backend.launch_first", "LaunchFirst", "launch_first"),
+ ("triton_backend.launch_first", "LaunchFirst", "run_launched"),
+ ("triton_backend.launch_first", "LaunchFirst", "_answer_launched"),
+ ("triton_backend.launch_first", "LaunchFirst", "_batch_over"),
+ ("triton_backend.runner", "Runner", "take_whole"),
+ ("triton_backend.runner", "Runner", "submit"),
+ ("triton_backend.runner", "Runner", "flush_metrics_if_due"),
+ ("triton_backend.deferred", "Deferred", "run_all"),
+ ("triton_backend.answers", "CallList", "returned"),
+ ("triton_backend.answers", "CallList", "__init__"),
+ ("triton_backend.answers", "Ticket", "__init__"),
+ ("triton_backend.launch_first", None, "embedding_responses"),
+ ("triton_backend.timeline", "Timeline", "end"),
+ ("triton_backend.timeline", "Timeline", "begin"),
+ ("triton_backend.stats_log", "StatsLog", "maybe_stats"),
+ ("triton_backend.intake", "HoldIntake", "admission_arrival"),
+ ("triton_backend.intake", "HoldIntake", "call_returned"),
+ ("triton_backend.executors", "EmulatedDevice", "launch"),
+ ("triton_backend.executors", "EmulatedFlight", "result"),
+ ("triton_backend.inner_model", "InnerModel", "execute"),
+ ("triton_backend.inner_model", None, "decode_padded_batch"),
+ ("triton_backend.inner_model", None, "input_array"),
+ ("triton_backend.control_metrics", "ControlMetrics", "on_served"),
+ ("triton_backend.control_metrics", "ControlMetrics", "on_batch"),
+ ("triton_backend.control_metrics", "ControlMetrics", "flush"),
+ ("scheduler_core.engine", "Engine", "observed"),
+ ("scheduler_core.engine", "Engine", "took_launched"),
+ ("scheduler_core.engine", "Engine", "ended"),
+ ("triton_backend.runner", "Runner", "step"),
+ ("triton_backend.runner", "Runner", "_decide"),
+ ("triton_backend.runner", "Runner", "decide_ahead"),
+ ("triton_backend.runner", "Runner", "_run"),
+ ("triton_backend.runner", "Runner", "_run_batch"),
+ ("triton_backend.runner", "Runner", "_builders"),
+ ("triton_backend.runner", "Runner", "_drop_cancelled"),
+ ("triton_backend.runner", "Runner", "_launch_executor"),
+ ("triton_backend.runner", "Runner", "_start"),
+ ("triton_backend.runner", "Runner", "_refuse_shed"),
+ ("triton_backend.runner", "Runner", "submit_locked"),
+ ("scheduler_core.engine", "Engine", "step"),
+ ("scheduler_core.engine", "Engine", "submit"),
+ ("scheduler_core.engine", "Engine", "take_whole"),
+ ("scheduler_core.engine", "Engine", "started"),
+ ("scheduler_core.scheduler", "Scheduler", "schedule"),
+ ("scheduler_core.scheduler", "Scheduler", "submit_all"),
+ ("scheduler_core.scheduler", "Scheduler", "_shed"),
+ ("scheduler_core.scheduler", "Scheduler", "_dispatch_rule"),
+ ("scheduler_core.length_aware", "LengthAwareFormer", "form"),
+ ("scheduler_core.controller", "Controller", "tick"),
+ ("triton_backend.hold_driver", "HoldDriver", "_send_early"),
+ ("triton_backend.hold_driver", "HoldDriver", "_decide_ahead"),
+ ("triton_backend.hold_driver", "HoldDriver", "_over_budget"),
+ ("triton_backend.answers", None, "answer_all"),
+ ("triton_backend.answers", None, "built"),
+ ("triton_backend.watchdog", "Watchdog", "watch"),
+]
+_Model = TritonPythonModel
+class TritonPythonModel(_Model):
+    def initialize(self, args):
+        import sys as _s
+        for mod, cls, attr in _SPECS:
+            m = _s.modules.get(mod) or _il.import_module(mod)
+            owner = getattr(m, cls) if cls else m
+            if hasattr(owner, attr):
+                _wrap(owner, attr, (cls + "." if cls else "") + attr)
+        self._path = FOLDER + "/" + args["model_name"] + ".phases.json"
+        self._n = [0, 0, 0]
+        return _Model.initialize(self, args)
+    def execute(self, requests):
+        s = _t.thread_time_ns()
+        try:
+            return _Model.execute(self, requests)
+        finally:
+            n = self._n; n[0] += 1; n[1] += len(requests); n[2] += _t.thread_time_ns() - s
+            if n[0] % 100 == 0:
+                with open(self._path, "w") as fh:
+                    _j.dump({"calls": n[0], "requests": n[1], "exec_ns": n[2], "acc": _ACC}, fh)
+'''
+device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+with tempfile.TemporaryDirectory() as tmp:
+    repo = os.path.join(tmp, "repo"); os.makedirs(repo)
+    build_repo(repo, [], device=device)
+    add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name="x_new")
+    models = ["x_new", NATIVE]
+    for m in models:
+        with open(os.path.join(repo, m, "1", "model.py"), "a") as fh:
+            fh.write(WRAP.replace("FOLDER", repr(tmp)))
+    data = {m: write_input_data(os.path.join(tmp, m + ".data.json"),
+            mix_entries(None if m == NATIVE else SLA_CLASSES_MS, 2000)) for m in models}
+    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
+        for m in models:
+            measure(server, m, data[m], 300, 0.0, 1500)
+        base = {}
+        for m in models:  # the warm-up's sums, taken off the rounds'
+            try:
+                with open(os.path.join(tmp, m + ".phases.json")) as fh:
+                    base[m] = json.load(fh)
+            except OSError:
+                base[m] = {"calls": 0, "requests": 0, "exec_ns": 0, "acc": {}}
+        for r in range(rounds):
+            for m in (models if r % 2 == 0 else models[::-1]):
+                row = measure(server, m, data[m], rate, 0.8, ms,
+                              concurrency=64 if rate == 0 else 0)
+                print(f"round {r} {m}: {row.throughput} req/s, {row.per_call:.1f}/call, "
+                      f"stub {row.stub_us:.1f} us/req", flush=True)
+    for m in models:
+        with open(os.path.join(tmp, m + ".phases.json")) as fh:
+            d = json.load(fh)
+        b = base[m]
+        req, calls = d["requests"] - b["requests"], d["calls"] - b["calls"]
+        print(f"== {m}: {calls} calls {req} req ({req / calls:.1f}/call); execute "
+              f"{(d['exec_ns'] - b['exec_ns']) / req / 1000:.1f} us/req")
+        for k, (ns, n) in sorted(d["acc"].items(), key=lambda kv: -kv[1][0]):
+            ns0, n0 = b["acc"].get(k, [0, 0])
+            print(f"   {k:34s} {(ns - ns0) / req / 1000:7.2f} us/req  "
+                  f"{(ns - ns0) / max(n - n0, 1) / 1000:8.2f} us/call  n={n - n0}")
