@@ -7,10 +7,12 @@ with ``execute()`` wrapped to sum its own thread CPU (``time.thread_time``), on 
 EMULATED device (``benchmarks.hold_speed.DEVICES``); perf_analyzer, the bench mix, the
 closed loop at concurrency 64 (RATE unset) or Poisson at RATE req/s; the models
 rotated round by round. VARIANT=KEY=VALUE adds the plugin with that parameter too
-(``x_variant``); BASE=PATH adds the plugin as the checkout at PATH has it (``x_base``: its
-stub imports from PATH first). From the repository root:
+(``x_variant``; with NO_FLUSH=1 its control metrics are never published); BASE=PATH
+adds the plugin as the checkout at PATH has it (``x_base``: its stub imports from PATH
+first). From the repository root:
 
-    [RATE=1840] [POLICY=reject] [VARIANT=K=V] [BASE=PATH] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
+    [RATE=1840] [POLICY=reject] [VARIANT=K=V [NO_FLUSH=1]] [BASE=PATH] \
+        .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
 """
 import os
 import sys
@@ -77,6 +79,9 @@ with tempfile.TemporaryDirectory() as tmp:
     for model in models:
         with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
             fh.write(WRAPPER.format(folder=tmp))
+            if model == VARIANT and os.environ.get("NO_FLUSH"):  # the metrics never sent
+                fh.write("\nimport triton_backend.control_metrics as _cm\n"
+                         "_cm.ControlMetrics.flush = lambda self, *a, **k: None\n")
     sla = write_input_data(os.path.join(tmp, "sla.json"), mix_entries(SLA_CLASSES_MS, 2000))
     data = {PLUGIN: sla, VARIANT: sla, BASE: sla,
             NATIVE: write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, 2000))}
