@@ -104,6 +104,20 @@ def add_variant(repo: str, params: dict[str, str], device: str = "flat",
                                                    **params, "profile_dir": f"{name}/profiles"})
 
 
+def add_checkout(repo: str, checkout: str, name: str, params: dict[str, str] | None = None,
+                 device: str = "flat") -> str:
+    """``add_variant`` whose stub imports the plugin from ``checkout`` (another checkout,
+    e.g. a ``git worktree`` of an earlier commit) first: code A/Bs in one server. Returns
+    ``name``."""
+    add_variant(repo, params or {}, device, name=name)
+    path = os.path.join(repo, name, "1", "model.py")
+    with open(path) as fh:
+        text = fh.read()
+    with open(path, "w") as fh:
+        fh.write(f"import sys; sys.path.insert(0, {checkout!r})\n{text}")
+    return name
+
+
 def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
                variant: dict[str, str] | None = None, device: str = "flat",
                time_scale: float | None = None) -> list[str]:

@@ -18,8 +18,8 @@ from unittest import mock
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.bench_idle import in_windows  # noqa: E402
-from benchmarks.hold_speed import (NATIVE, SHIPPED, add_variant, measure,  # noqa: E402
-                                   shipped_beside_native)
+from benchmarks.hold_speed import (NATIVE, SHIPPED, add_checkout, add_variant,  # noqa: E402
+                                   measure, shipped_beside_native)
 from benchmarks.timeline_figures import idle_while_waiting  # noqa: E402
 from triton_backend.timeline import TIMELINE_ENV, read as read_timeline  # noqa: E402
 
@@ -29,15 +29,10 @@ fractions = [float(x) for x in sys.argv[2].split(",")]
 
 
 def add_base(repo: str) -> str:
-    add_variant(repo, {}, device, name=BASE)
-    if not os.environ.get("BASE"):
+    if not os.environ.get("BASE"):  # the shipped plugin, fed the mix without SLA_MS
+        add_variant(repo, {}, device, name=BASE)
         return BASE
-    path = os.path.join(repo, BASE, "1", "model.py")
-    with open(path) as fh:
-        text = fh.read()
-    with open(path, "w") as fh:
-        fh.write(f"import sys; sys.path.insert(0, {os.environ['BASE']!r})\n{text}")
-    return BASE
+    return add_checkout(repo, os.environ["BASE"], BASE, device=device)
 
 
 with tempfile.TemporaryDirectory() as tmp:

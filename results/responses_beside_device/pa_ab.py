@@ -13,7 +13,7 @@ import tempfile
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.bench_pa import pa_row, sla_by_ids  # noqa: E402
-from benchmarks.hold_speed import (NATIVE, SHIPPED, add_variant, measure,  # noqa: E402
+from benchmarks.hold_speed import (NATIVE, SHIPPED, add_checkout, measure,  # noqa: E402
                                    shipped_beside_native)
 
 BASE = "x_base"
@@ -21,13 +21,7 @@ device, fraction, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 
 
 def add_base(repo: str) -> str:
-    add_variant(repo, {}, device, name=BASE)
-    path = os.path.join(repo, BASE, "1", "model.py")
-    with open(path) as fh:
-        text = fh.read()
-    with open(path, "w") as fh:
-        fh.write(f"import sys; sys.path.insert(0, {os.environ['BASE']!r})\n{text}")
-    return BASE
+    return add_checkout(repo, os.environ["BASE"], BASE, device=device)
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,8 @@ import tempfile
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
-from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
+from benchmarks.hold_speed import (NATIVE, add_checkout, add_variant, build_repo,  # noqa: E402
+                                   measure)
 from benchmarks.procinfo import find_stub, thread_cpu_s  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
@@ -69,12 +70,7 @@ with tempfile.TemporaryDirectory() as tmp:
         add_variant(repo, {**policy, key: value}, device, name=VARIANT)
         models.insert(1, VARIANT)
     if os.environ.get("BASE"):  # the plugin as another checkout has it, in its own stub
-        add_variant(repo, policy, device, name=BASE)
-        path = os.path.join(repo, BASE, "1", "model.py")
-        with open(path) as fh:
-            text = fh.read()
-        with open(path, "w") as fh:
-            fh.write(f"import sys; sys.path.insert(0, {os.environ['BASE']!r})\n{text}")
+        add_checkout(repo, os.environ["BASE"], BASE, policy, device)
         models.insert(1, BASE)
     for model in models:
         with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
