@@ -1,14 +1,14 @@
 """An experiment's script, kept with its page (not a tool): the simulator's attainment on
 ``make bench``'s emulated padded cells (t4 at time scale 8, a100 at 30: the bench's
-capacity, SLA classes, arrivals and seeds), the shipped policy, or with ControlConfig
-(``KEY=VALUE``) and SchedulerConfig (``s.KEY=VALUE``) overrides. Each cell is the mean
-attainment over NSEED seeds (the bench's own first) of the requests after the first
-second. From the repository root:
+capacity, SLA classes, arrivals and seeds), the shipped policy, or with profile overrides
+given as model-config parameters give them (``control.emergency_batch_size=8``,
+``scheduler.base_window_ms=20``: ``profile_parse.with_dotted_overrides``, typed and
+checked). Each cell is the mean attainment over NSEED seeds (the bench's own first) of
+the requests after the first second. From the repository root:
 
     [NSEED=6] [PROFS="t4 a100"] [LOADS="0.6 0.7 0.8 0.9"] .venv/bin/python \
-        results/padded_knee_sim/sim_grid.py [KEY=VALUE ...]
+        results/padded_knee_sim/sim_grid.py [SECTION.KEY=VALUE ...]
 """
-import dataclasses
 import os
 import sys
 
@@ -16,34 +16,18 @@ sys.path.insert(0, os.getcwd())
 from benchmarks.bench_setup import (SEED, SLA_CLASSES_MS, arrivals_for,  # noqa: E402
                                     bench_time_scale, capacity_at_device_speed)
 from benchmarks.bench_setup import profile as P  # noqa: E402
+from scheduler_core.profile_parse import with_dotted_overrides  # noqa: E402
 from scheduler_core.scheduler import Scheduler  # noqa: E402
 from simulation.simulator import simulate  # noqa: E402
 
 
-def value(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"True": True, "False": False}.get(text, text)
-
-
-control, scheduler = {}, {}
-for arg in sys.argv[1:]:
-    key, _, text = arg.partition("=")
-    if key.startswith("s."):
-        scheduler[key[2:]] = value(text)
-    else:
-        control[key] = value(text)
+overrides = dict(arg.partition("=")[::2] for arg in sys.argv[1:])
 loads = [float(x) for x in os.environ.get("LOADS", "0.6 0.7 0.8 0.9").split()]
 seeds_per_cell = int(os.environ.get("NSEED", "6"))
 measure_s = 4.0  # after 1 s of warm-up, as the bench's 70 % cells
 for name in os.environ.get("PROFS", "t4 a100").split():
     ts = bench_time_scale(name)
-    prof = P(name, "padded", ts)
-    prof = dataclasses.replace(prof, control=dataclasses.replace(prof.control, **control),
-                               scheduler=dataclasses.replace(prof.scheduler, **scheduler))
+    prof = with_dotted_overrides(P(name, "padded", ts), overrides, "sim_grid.py arguments")
     cap = capacity_at_device_speed(name, "padded") / ts
     slas = tuple(c * ts for c in SLA_CLASSES_MS)
     cells = []
