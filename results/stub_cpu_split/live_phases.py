@@ -9,11 +9,18 @@ alternated. From the repository root:
 
     .venv/bin/python results/stub_cpu_split/live_phases.py DEVICE MS ROUNDS RATE
 """
-import os, sys, tempfile, json
+import json
+import os
+import sys
+import tempfile
+
 sys.path.insert(0, os.getcwd())
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data
-from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure
-from server_ops.launcher import TritonServer
+from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
+from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
+from server_ops.launcher import TritonServer  # noqa: E402
+
+# Appended to each model.py: the functions of _SPECS wrapped to sum their own thread CPU,
+# and execute()'s, written every 100 calls.
 WRAP = r'''
 import time as _t, json as _j, importlib as _il
 _ACC = {}
@@ -115,7 +122,8 @@ class TritonPythonModel(_Model):
 '''
 device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 with tempfile.TemporaryDirectory() as tmp:
-    repo = os.path.join(tmp, "repo"); os.makedirs(repo)
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(repo)
     build_repo(repo, [], device=device)
     add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name="x_new")
     models = ["x_new", NATIVE]
