@@ -160,20 +160,27 @@ class CostEstimator:
 
     def observe(self, lengths: Sequence[int], duration_ms: float) -> None:
         """Feed back one finished batch's measured duration."""
-        if duration_ms <= 0:
+        if duration_ms <= 0 or len(lengths) == 0:
             return
-        shape = batch_shape(lengths, self.cost_mode)
-        if shape.batch_size == 0:
+        table = self.table
+        if table is None:
+            self._observe_formula(batch_shape(lengths, self.cost_mode), duration_ms)
             return
-        estimate = self.estimate_shape_ms(shape)
+        # A batch's end runs this: the table's length (``estimate_shape_ms``'s, tokens
+        # per sequence) without a ``BatchShape``.
+        n = len(lengths)
+        length = float(max(lengths)) if self.cost_mode != "ragged" else sum(lengths) / n
+        self._count_error(table.lookup_ms(n, length) * self.time_scale, duration_ms)
+        table.observe(n, length, duration_ms / self.time_scale)
+
+    def _count_error(self, estimate: float, duration_ms: float) -> None:
         if estimate > 0:
             error = min(abs(duration_ms - estimate) / duration_ms, 10.0)
             self.error_ratio += self.smoothing * (error - self.error_ratio)
         self.observed_batches += 1
-        if self.table is not None:
-            self.table.observe(shape.batch_size, shape.tokens / shape.batch_size,
-                               duration_ms / self.time_scale)
-            return
+
+    def _observe_formula(self, shape: BatchShape, duration_ms: float) -> None:
+        self._count_error(self.estimate_shape_ms(shape), duration_ms)
         predicted = formula_ms(self.cfg, shape) * self.time_scale
         if predicted <= 0:
             return

@@ -231,21 +231,27 @@ class RefitTable:
             return
         ratio = min(max(duration_ms / predicted, 0.05), 20.0)
         seed = self.seed
-        i, tb = _segment(seed.batch_sizes, batch_size)
-        j, tn = _segment(seed.lengths, length)
+        # A batch's end runs this: the axes' segments kept for whole positions (as
+        # ``lookup_ms`` reads them), the four cells written out.
+        i, tb = self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size)
+        j, tn = self._on_n.get(length) or _segment(seed.lengths, length)
         tb, tn = min(max(tb, 0.0), 1.0), min(max(tn, 0.0), 1.0)
-        for di, wb in ((0, 1.0 - tb), (1, tb)):
-            for dj, wn in ((0, 1.0 - tn), (1, tn)):
-                ci, cj = i + di, j + dj
+        rows, columns = len(seed.batch_sizes), len(seed.lengths)
+        smoothing, moved = self.smoothing, ratio - 1.0
+        for ci, wb in ((i, 1.0 - tb), (i + 1, tb)):
+            if wb <= 0 or ci >= rows:
+                continue
+            factors, used_ms, seed_ms = self.factors[ci], self._ms[ci], seed.ms[ci]
+            for cj, wn in ((j, 1.0 - tn), (j + 1, tn)):
                 weight = wb * wn
-                if weight <= 0 or ci >= len(seed.batch_sizes) or cj >= len(seed.lengths):
+                if weight <= 0 or cj >= columns:
                     continue
-                f = self.factors[ci][cj]
-                f += self.smoothing * weight * (ratio - 1.0) * f
-                self.factors[ci][cj] = f
-                fitted, used = seed.ms[ci][cj] * f, self._ms[ci][cj]
+                f = factors[cj]
+                f += smoothing * weight * moved * f
+                factors[cj] = f
+                fitted, used = seed_ms[cj] * f, used_ms[cj]
                 if abs(fitted - used) > REFIT_STEP_SHARE * used:
-                    self._ms[ci][cj] = fitted
+                    used_ms[cj] = fitted
                     self._memo.clear()
                     self.version += 1
 
