@@ -65,8 +65,9 @@ hostile reloads     (``hostile``) ``hostile_target`` (live) is reloaded with pro
 drip-feeding        (``drip``) ``drip_explicit``'s sidecar scrapes a local endpoint
   metrics endpoint  (``metrics_url``) that serves a real Triton page, then drips one byte
                     every 0.2 s, under 5 req/s. Bound: ``explicit_batching_sidecar_health``
-                    on Triton's metrics port (read every 0.1 s) below 1 within 2 s of the drip
-                    starting; lost 0.
+                    on Triton's metrics port (read every 0.1 s) below 1 within 2 s of the
+                    sidecar's first scrape that meets the drip (its first dripped byte; it
+                    scrapes every 5 s as shipped, so the drip lasts 9 s); lost 0.
 stub SIGSTOP 5 s    (``stall``) on a server of its own, 4 req/s for 14 s with a 10 s client
                     timeout; the stub is stopped at 3 s for 5 s (default settings). PASS if
                     the server survives; if it aborts (Triton 2.51 does, see docs/reliability.md "Stub

@@ -12,8 +12,9 @@ from benchmarks.loadgen import LoadGenerator, fixed_rate
 from operator_tools.measure import scrape
 from server_ops.launcher import TritonServer
 from sidecar.triton_metrics import MetricsParseError, read_samples
-from .fixtures import (CaseResult, Context, DRIP, DRIP_BYTE_EVERY_S, DRIP_HEALTH_BOUND_S,
-                       DRIP_SCRAPE_EVERY_S, SEED, SLA_CLASSES_MS, load_average, missed_time_bound)
+from .fixtures import (CaseResult, Context, DRIP, DRIP_BYTE_EVERY_S, DRIP_FOR_S,
+                       DRIP_HEALTH_BOUND_S, DRIP_SCRAPE_EVERY_S, SEED, SLA_CLASSES_MS,
+                       load_average, missed_time_bound)
 from .overload import error_breakdown
 from .servers import load, unload, health_after
 
@@ -88,7 +89,12 @@ def _sidecar_health(server: TritonServer, model: str) -> float | None:
 
 def case_drip(ctx: Context) -> CaseResult:
     """The perception sidecar's metrics endpoint starts drip-feeding: sidecar_health must
-    drop below 1 within DRIP_HEALTH_BOUND_S, while the model keeps serving a light load."""
+    drop below 1 within DRIP_HEALTH_BOUND_S of the sidecar's first scrape that meets the
+    drip (its first dripped byte), while the model keeps serving a light load. The sidecar
+    scrapes at its own cadence (``explicit_model.SIDECAR_SCRAPE_EVERY`` perception periods,
+    5 s as shipped, docs/defaults.md): nothing can notice the endpoint between two scrapes,
+    so the drip lasts DRIP_FOR_S, a cadence and the bound with room, and the time from the
+    drip's start is reported."""
     server, drip = ctx.server, ctx.drip
     case = CaseResult("drip-feeding metrics endpoint", None)
     notes, fails = case.notes, case.failures
@@ -113,7 +119,7 @@ def case_drip(ctx: Context) -> CaseResult:
         if first_ok is None:
             fails.append(f"sidecar_health never read 1 before the drip (readings "
                          f"{sorted({v for _, v in readings}, key=str)})")
-        good_s, drip_s = 2.0, 6.0
+        good_s, drip_s = 2.0, DRIP_FOR_S
         gen = LoadGenerator(server.grpc_url, DRIP, clients=2, seed=SEED)
         timer: list[threading.Timer] = []
 
@@ -140,19 +146,24 @@ def case_drip(ctx: Context) -> CaseResult:
                      f"the endpoint serves a whole page {good_s:g} s, then drips one byte "
                      f"every {DRIP_BYTE_EVERY_S:g} s; Triton's metrics port scraped every "
                      f"{DRIP_SCRAPE_EVERY_S:g} s ({len(readings)} reads)")
-        if dropped is None:
-            fails.append(f"sidecar_health not below 1 within {drip_s:g} s of the drip "
+        met = drip.first_drip_s  # the sidecar's first scrape that met the drip
+        if met is None:
+            fails.append(f"the sidecar did not scrape its endpoint in the {drip_s:g} s of "
+                         f"the drip (values {values})")
+        elif dropped is None:
+            fails.append(f"sidecar_health not below 1 within {drip_s:g} s of the drip, "
+                         f"{since + drip_s - met:.2f} s after its first dripped byte "
                          f"(values {values})")
         else:
-            took = dropped - since
-            first = (f", {dropped - drip.first_drip_s:.2f} s after the first dripped byte"
-                     if drip.first_drip_s else "")
-            notes.append(f"sidecar_health < 1 {took:.2f} s after the drip started{first} "
-                         f"(bound {DRIP_HEALTH_BOUND_S:g} s; load average {load_average()}); "
-                         f"values while dripping {values}")
+            took = dropped - met
+            notes.append(f"the sidecar met the drip {met - since:.2f} s after it started; "
+                         f"sidecar_health < 1 {took:.2f} s after that first dripped byte, "
+                         f"{dropped - since:.2f} s after the drip started (bound "
+                         f"{DRIP_HEALTH_BOUND_S:g} s from the first dripped byte; load "
+                         f"average {load_average()}); values while dripping {values}")
             if took > DRIP_HEALTH_BOUND_S:
                 missed_time_bound(ctx, case, f"sidecar_health < 1 only {took:.2f} s after the "
-                                  f"drip > {DRIP_HEALTH_BOUND_S:g} s")
+                                  f"first dripped byte > {DRIP_HEALTH_BOUND_S:g} s")
         notes.append(f"back to 1 {back - stopped:.1f} s after the drip stopped" if back
                      else "not back to 1 within 10 s of the drip stopping")
         if result.errors:

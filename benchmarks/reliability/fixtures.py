@@ -62,7 +62,9 @@ HOSTILE_REFUSAL_BOUND_S = 2.0
 HOSTILE_SECRET = "s3cr3t-outside-the-repository"
 HOSTILE_PROFILE_MB = 100
 DRIP_BYTE_EVERY_S = 0.2
-DRIP_HEALTH_BOUND_S = 2.0
+DRIP_HEALTH_BOUND_S = 2.0  # from the sidecar's first scrape that meets the drip
+# The drip's length: the sidecar's scrape cadence (5 s as shipped), the bound, and room.
+DRIP_FOR_S = 9.0
 DRIP_SCRAPE_EVERY_S = 0.1
 STALL_RATE_RPS = 4.0
 STALL_AT_S, STALL_FOR_S, STALL_RUN_S = 3.0, 5.0, 14.0

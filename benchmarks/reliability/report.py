@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import platform
 
-from .fixtures import (CRASH_ANSWER_BOUND_S, CRASH_MIN_QUEUED, CaseResult, DRIP_HEALTH_BOUND_S,
-                       ERROR_SLA_RATIO_BOUND, HOSTILE_REFUSAL_BOUND_S, MONITOR_PERIOD_S,
+from .fixtures import (CRASH_ANSWER_BOUND_S, CRASH_MIN_QUEUED, CaseResult, DRIP_FOR_S,
+                       DRIP_HEALTH_BOUND_S, ERROR_SLA_RATIO_BOUND, HOSTILE_REFUSAL_BOUND_S,
+                       MONITOR_PERIOD_S,
                        NATIVE_CLIENT_TIMEOUT_S, PROFILE, RECOVERY_BOUND_S, RECOVERY_FACTOR,
                        RELEASE_CLIENT_TIMEOUT_S, SERVER_RSS_GROWTH_BOUND_MB, SLA_CLASSES_MS,
                        SOAK_RSS_GROWTH_BOUND, STUB_RSS_GROWTH_BOUND_MB, TIME_SCALE)
@@ -129,8 +130,10 @@ def bounds_legend() -> str:
         f"server log's ModelInstanceInitialize to the failure; the whole call, which adds "
         f"Triton's start of the new version's stubs, is reported), naming the problem, quoting nothing from outside "
         f"the repository, the old version still answering. *drip-feeding metrics endpoint*: "
-        f"`explicit_batching_sidecar_health` < 1 within {DRIP_HEALTH_BOUND_S:g} s of the drip "
-        f"starting. *stub SIGSTOP*: PASS when the server survives; \"documented\" when it "
+        f"`explicit_batching_sidecar_health` < 1 within {DRIP_HEALTH_BOUND_S:g} s of the "
+        f"sidecar's first scrape that meets the drip (its first dripped byte; the drip lasts "
+        f"{DRIP_FOR_S:g} s, the sidecar scraping at its own cadence). *stub SIGSTOP*: PASS "
+        f"when the server survives; \"documented\" when it "
         f"aborts (docs/reliability.md, \"Stub crashes and stalls\"). *healthy afterwards*: the server "
         f"ready and the case's model answering one inference (a failure when not, except in "
         f"comparison rows and documented aborts). "
