@@ -40,6 +40,10 @@ PARTS = {
         [("scheduler_core.controller", "Controller", "tick")],
     "the call's timeline record (Timeline.end)":
         [("triton_backend.timeline", "Timeline", "end")],
+    "the engine's entries after the launch, all three (Engine.took_launched, Engine.ended, "
+    "Runner._observe)": [("scheduler_core.engine", "Engine", "took_launched"),
+                         ("scheduler_core.engine", "Engine", "ended"),
+                         ("triton_backend.runner", "Runner", "_observe")],
 }
 
 # The measured process: the model, its warm-up, then CALLS calls (argv: which, per, calls,
