@@ -211,12 +211,17 @@ class RefitTable:
         if value is None:
             if len(self._memo) >= MEMO_LIMIT:
                 self._memo.clear()
-            seed = self.seed
-            value = _bilinear(
-                self._ms, self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
-                self._on_n.get(length) or _segment(seed.lengths, length))
+            value = _bilinear(self._ms, *self._segments_at(batch_size, length))
             self._memo[key] = value
         return value
+
+    def _segments_at(self, batch_size: float, length: float
+                     ) -> tuple[tuple[int, float], tuple[int, float]]:
+        """Both axes' ``_segment`` of a shape: kept for whole positions, searched
+        otherwise."""
+        seed = self.seed
+        return (self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
+                self._on_n.get(length) or _segment(seed.lengths, length))
 
     def lookup_grid_ms(self, lengths: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
         """``lookup_ms`` for every (length, batch size) pair: rows are ``lengths``,
@@ -231,10 +236,8 @@ class RefitTable:
             return
         ratio = min(max(duration_ms / predicted, 0.05), 20.0)
         seed = self.seed
-        # A batch's end runs this: the axes' segments kept for whole positions (as
-        # ``lookup_ms`` reads them), the four cells written out.
-        i, tb = self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size)
-        j, tn = self._on_n.get(length) or _segment(seed.lengths, length)
+        # A batch's end runs this: the four cells written out.
+        (i, tb), (j, tn) = self._segments_at(batch_size, length)
         tb, tn = min(max(tb, 0.0), 1.0), min(max(tn, 0.0), 1.0)
         rows, columns = len(seed.batch_sizes), len(seed.lengths)
         smoothing, moved = self.smoothing, ratio - 1.0
