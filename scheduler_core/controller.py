@@ -172,8 +172,9 @@ class Controller:
     def batch_observed(self, served: Served, now_s: float, succeeded: bool) -> None:
         """A batch that ended at ``now_s`` (``batch_ended``), its latencies and SLAs (a
         batch that succeeded): the windows the next perception reads. The server may feed
-        it a batch late, while the next one runs (``runner.Runner``): nothing decided
-        reads these windows before the perception period's next tick."""
+        it a few batches late, while a later one runs (``runner.Runner``, at most a
+        quarter of a perception period): nothing decided reads these windows before
+        the perception period's next tick."""
         if succeeded and served.seq_lens:
             latency_ms, ratios, met = [], [], 0
             for arrival, sla in zip(served.arrivals_s, served.slas_ms):  # one pass a batch

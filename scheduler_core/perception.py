@@ -103,38 +103,67 @@ class LatencyWindow:
     """Recent request latencies (ms) within a time window; gives P99 and the coefficient
     of variation (std / mean), the design's measure of delay variation.
 
-    Times and values sit in two bounded deques, so the statistics read the values straight
-    into numpy (one pass, no per-sample tuples): the perception and decision layers ask
-    for them every period, with up to ``max_samples`` values in the window."""
+    Times and values sit in two preallocated numpy rings of ``max_samples`` (the oldest
+    overwritten first), so a batch's latencies are one slice written, and nothing is
+    allocated, kept or freed a sample: a deque of floats frees each sample, long after,
+    from memory the caches no longer hold, and a batch's feedback runs once a call, cold
+    (results/batched_feedback/). The perception and decision layers read the statistics
+    every period. Samples leave the window oldest first, up to the first one still in it
+    (samples are kept in the order they were added)."""
 
     def __init__(self, window_s: float, max_samples: int = 4096):
         self.window_s = window_s
-        self._times: deque[float] = deque(maxlen=max_samples)
-        self._values: deque[float] = deque(maxlen=max_samples)
+        self._cap = max_samples
+        self._times = np.empty(max_samples)
+        self._values = np.empty(max_samples)
+        self._start = 0  # the oldest kept sample, counted from the first ever added
+        self._end = 0  # samples ever added; the ring holds [max(start, end - cap), end)
 
     def add(self, now_s: float, latency_ms: float) -> None:
-        self._times.append(now_s)
-        self._values.append(latency_ms)
+        i = self._end % self._cap
+        self._times[i] = now_s
+        self._values[i] = latency_ms
+        self._end += 1
 
     def add_many(self, now_s: float, latencies_ms: Sequence[float]) -> None:
         """``add`` for each of ``latencies_ms``, all finished at ``now_s``."""
-        self._times.extend([now_s] * len(latencies_ms))
-        self._values.extend(latencies_ms)
+        n, cap = len(latencies_ms), self._cap
+        if n > cap:  # only the last ``cap`` stay, as ``add`` one by one would leave
+            self._end += n - cap
+            latencies_ms, n = latencies_ms[n - cap:], cap
+        i = self._end % cap
+        first = min(n, cap - i)  # up to the ring's end, the rest from its start
+        self._times[i:i + first] = now_s
+        self._values[i:i + first] = latencies_ms[:first]
+        if first < n:
+            self._times[:n - first] = now_s
+            self._values[:n - first] = latencies_ms[first:]
+        self._end += n
+
+    def _kept(self, ring: np.ndarray) -> np.ndarray:
+        """The kept samples of ``ring``, oldest first (a copy where they wrap)."""
+        start = max(self._start, self._end - self._cap)
+        i, j = start % self._cap, self._end % self._cap
+        if self._end - start == 0:
+            return ring[:0]
+        if i < j:
+            return ring[i:j]
+        return np.concatenate((ring[i:], ring[:j]))
 
     def _prune(self, now_s: float) -> None:
-        horizon = now_s - self.window_s
-        times, values = self._times, self._values
-        while times and times[0] <= horizon:
-            times.popleft()
-            values.popleft()
+        times = self._kept(self._times)
+        late = times > now_s - self.window_s
+        # Oldest first, up to the first sample still in the window.
+        kept_from = int(late.argmax()) if late.size and late.any() else late.size
+        self._start = self._end - times.size + kept_from
 
     def _array(self, now_s: float) -> np.ndarray:
         self._prune(now_s)
-        return np.fromiter(self._values, dtype=float, count=len(self._values))
+        return self._kept(self._values)
 
     def count(self, now_s: float) -> int:
         self._prune(now_s)
-        return len(self._values)
+        return self._end - max(self._start, self._end - self._cap)
 
     def coefficient_of_variation(self, now_s: float) -> float:
         """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""

@@ -341,9 +341,9 @@ class Scheduler(AsHandedRule):
 
     def batch_observed(self, served: Served, started_s: float, ended_s: float,
                        succeeded: bool = True) -> None:
-        """The rest of a finished batch's feedback, which may come a batch late (the
-        server feeds it while the next batch runs): counts, latency and SLA windows,
-        the cost refit."""
+        """The rest of a finished batch's feedback, which may come a few batches late
+        (the server feeds several together while a later batch runs): counts, latency
+        and SLA windows, the cost refit."""
         self.counts["batches"] += 1
         self.counts["requests"] += len(served.seq_lens)
         if succeeded:

@@ -67,7 +67,7 @@ class LaunchFirst:
         and returns the members the batch serves, with their SLAs; the engine hears them
         taken and started (``Engine.took_launched``, one entry); the device's rows answer
         the tickets by position (one answered already keeps its answer); the engine hears
-        the end at its next entry and the rest of the feedback while the next batch runs
+        the end at its next entry and the rest of the feedback while a later batch runs
         (``Deferred``), as any batch's (``Runner._run_batch``). None: it failed before
         the engine heard it (every request answered INTERNAL)."""
         started, served, step, began, ok = launched.launched_s, [], None, False, False
@@ -89,7 +89,7 @@ class LaunchFirst:
             self.log.zone_change(step.decision.zone, step.decision.mode,
                                  self.scheduler.formers[step.decision.mode].name, now)
             running = self.watchdog.watch(served, started, launched.estimated_ms)
-            self.deferred.run_all()  # the last batch's feedback, while this one runs
+            self.deferred.run_due(now)  # earlier batches' feedback, while this one runs
             ok = self._answer_launched(tickets, launched, running)
         except Exception:  # its requests are answered below (INTERNAL); the driver goes on
             self.step_failed()
@@ -148,7 +148,7 @@ class LaunchFirst:
                     ok: bool) -> None:
         """The bracket's end of a batch the engine heard started (``members``): one that
         succeeded is heard ended at the engine's next entry (``_hear_ended``) and observed
-        while the next batch runs (``Deferred``); any other finished at once, not ok.
+        while a later batch runs (``Deferred``); any other finished at once, not ok.
 
         The engine hears the end where the device went free (``_executor_ran``), not
         where the host finished answering: its busy share is the utilisation the zones
@@ -160,7 +160,7 @@ class LaunchFirst:
             free_s = self._device_free_s
             self._ended_s = done if free_s is None else min(free_s, done)
             self.deferred.add(functools.partial(self._observe, Served.of(members), former,
-                                                started, done))
+                                                started, done), done)
             return
         self.metrics.on_batch([r.seq_len for r in members], former)
         self._finished(members, started, ok=False)

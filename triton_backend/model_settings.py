@@ -36,6 +36,10 @@ SHUTDOWN_DRAIN_S = 20.0
 # rarely gives up within a few ms of sending (docs/defaults.md). Those that waited less are
 # computed even if cancelled.
 CANCEL_CHECK_MIN_WAIT_S = 0.1
+# A finished batch's feedback (runner.py: metrics, latency windows, cost refit) waits for
+# up to this many batches, or a quarter of a perception period, and runs with the others
+# (deferred.py): alone it runs cold, once a call (results/batched_feedback/).
+FEEDBACK_BATCHES = 8
 EXECUTORS = ("minilm", "bert_large_random", "emulated")
 # The executors that compute for real (torch, on the instance's device): their cost table
 # is measured at load, and a GPU placement asks torch whether CUDA is there.

@@ -12,7 +12,8 @@ Invariants:
   (``Ticket.answer``): an exception in a step answers its requests INTERNAL, is logged
   and counted (``step_failed``), and never stops the driver;
 * a batch is bracketed exactly once: ``finished(ok=False)`` when it never ended normally;
-  else ``ended`` at once, ``observed`` while the next one runs (``deferred.Deferred``);
+  else ``ended`` at once, ``observed`` while a later one runs (``deferred.Deferred``: a
+  few batches' feedback together);
 * the engine is only touched with ``cond`` held (the threaded intakes' arrivals and the
   hold model's metrics thread run beside the step);
 * a batch on the executor past its bound (``watchdog.check``, called from the model's
@@ -47,7 +48,7 @@ from .timeout_guard import TimeoutGuard
 from .watchdog import Watchdog
 from .control_metrics import ControlMetrics
 from .metric_catalog import HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S
-from .model_settings import CANCEL_CHECK_MIN_WAIT_S
+from .model_settings import CANCEL_CHECK_MIN_WAIT_S, FEEDBACK_BATCHES
 
 WhileRunning = Callable[[float, float], None]  # host work beside a batch: (start, estimate ms)
 
@@ -91,7 +92,11 @@ class Runner(LaunchFirst):
         self.executor_s = 0.0  # the running batch's run on the executor (``Ran.executor_s``)
         self._device_free_s: float | None = None  # where it ended (``_executor_ran``)
         self.timeouts = TimeoutGuard(answers, model_name, clock)
-        self.deferred = Deferred(self.step_failed)  # finished batches' bookkeeping
+        # Finished batches' feedback (``_observe``), run together (FEEDBACK_BATCHES): its
+        # windows are read at perception's ticks, its refit moves estimates a smoothed step.
+        self.deferred = Deferred(
+            self.step_failed, FEEDBACK_BATCHES,
+            self.scheduler.control.perception_period_ms / 4000.0)
         self._decided_s = -float("inf")  # the last step's time (``_decide``)
         self._running: Step | None = None  # the step whose batch runs (``running``)
 
@@ -317,7 +322,7 @@ class Runner(LaunchFirst):
             finally:  # on the device, or it failed to get there
                 self._start(self._fed, started)
             # The device runs the batch: the host does what can wait for it meanwhile.
-            self.deferred.run_all()
+            self.deferred.run_due(started)
             if while_running is not None:
                 self.deferred.guarded(while_running, started, estimated_ms)
             # The EMBEDDING contract's responses are built while the device runs.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from scheduler_core.perception import ArrivalRate, BusyTracker, LatencyWindow
+from scheduler_core.stats import nearest_rank_index
 
 
 # -- BusyTracker ------------------------------------------------------------------------
@@ -182,6 +185,48 @@ def test_latency_max_samples_bound():
         w.add(float(i), v)
     assert w.count(5.0) == 3
     assert w.percentile(5.0, 0) == 3.0
+
+
+class _DequeWindow:
+    """The window's contract as bounded deques: the reference the rings must match."""
+
+    def __init__(self, window_s: float, max_samples: int):
+        self.window_s = window_s
+        self.times, self.values = deque(maxlen=max_samples), deque(maxlen=max_samples)
+
+    def add_many(self, now_s: float, values) -> None:
+        self.times.extend([now_s] * len(values))
+        self.values.extend(values)
+
+    def kept(self, now_s: float) -> list[float]:
+        while self.times and self.times[0] <= now_s - self.window_s:
+            self.times.popleft()
+            self.values.popleft()
+        return list(self.values)
+
+
+_OPS = st.lists(st.tuples(st.floats(0.0, 0.4), st.lists(st.floats(0.0, 500.0), max_size=9),
+                          st.booleans()), max_size=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_OPS, st.integers(1, 7))
+def test_latency_window_keeps_what_bounded_deques_keep(ops, max_samples):
+    """Batches added (``add_many``, or ``add`` one by one) at times that mostly rise, the
+    statistics read between them: the same samples, in the same order, as the deques."""
+    window, ref, now = LatencyWindow(1.0, max_samples), _DequeWindow(1.0, max_samples), 0.0
+    for step, values, one_by_one in ops:
+        now += step - 0.05  # a batch's feedback may come a little out of order
+        if one_by_one:
+            for v in values:
+                window.add(now, v)
+        else:
+            window.add_many(now, values)
+        ref.add_many(now, values)
+        kept = ref.kept(now)
+        assert list(window._array(now)) == kept and window.count(now) == len(kept)
+        assert window.percentile(now, 99) == (
+            sorted(kept)[nearest_rank_index(len(kept), 99)] if kept else 0.0)
 
 
 # -- ArrivalRate --------------------------------------------------------------------------

@@ -188,6 +188,7 @@ def test_bookkeeping_and_early_answers_go_while_the_next_batch_runs(adapter, pb_
                         staticmethod(lambda record, left: 2 * SLA_MS / 1000.0))
     device, flying = spy_device(monkeypatch, model)
     events, runner = [], model.runner
+    runner.deferred.max_items = 1  # each feedback due at the next batch (test_deferred.py)
     observed = runner.engine.observed
 
     def spied_observed(batch, *args):
