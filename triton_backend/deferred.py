@@ -44,7 +44,8 @@ class Deferred:
             self._items.append(work)
 
     def run_due(self, now_s: float) -> None:
-        """``run_all`` where the items are due at ``now_s`` (see the module doc)."""
+        """``run_all`` where the items are due at ``now_s`` (see the module doc). Read
+        without the lock: a stale read runs them a call early or late, never twice."""
         items = self._items
         if items and (len(items) >= self.max_items
                       or now_s - self._first_s >= self.max_age_s - 1e-9):  # exact ages on time
