@@ -106,10 +106,9 @@ class LatencyWindow:
     Times and values sit in two preallocated numpy rings of ``max_samples`` (the oldest
     overwritten first), so a batch's latencies are one slice written, and nothing is
     allocated, kept or freed a sample: a deque of floats frees each sample, long after,
-    from memory the caches no longer hold, and a batch's feedback runs once a call, cold
-    (results/batched_feedback/). The perception and decision layers read the statistics
-    every period. Samples leave the window oldest first, up to the first one still in it
-    (samples are kept in the order they were added)."""
+    from memory the caches no longer hold (results/batched_feedback/). The perception and
+    decision layers read the statistics every period. Samples leave the window oldest
+    first, up to the first one still in it (they are kept in the order they were added)."""
 
     def __init__(self, window_s: float, max_samples: int = 4096):
         self.window_s = window_s
@@ -140,19 +139,27 @@ class LatencyWindow:
             self._values[:n - first] = latencies_ms[first:]
         self._end += n
 
+    def _oldest(self) -> int:
+        """The oldest kept sample, counted from the first ever added."""
+        return max(self._start, self._end - self._cap)
+
     def _kept(self, ring: np.ndarray) -> np.ndarray:
         """The kept samples of ``ring``, oldest first (a copy where they wrap)."""
-        start = max(self._start, self._end - self._cap)
+        start = self._oldest()
         i, j = start % self._cap, self._end % self._cap
-        if self._end - start == 0:
+        if self._end == start:
             return ring[:0]
         if i < j:
             return ring[i:j]
         return np.concatenate((ring[i:], ring[:j]))
 
     def _prune(self, now_s: float) -> None:
+        horizon = now_s - self.window_s
+        oldest = self._oldest()
+        if oldest == self._end or self._times[oldest % self._cap] > horizon:
+            return  # nothing leaves (a perception reads ``count``, then ``percentile``)
         times = self._kept(self._times)
-        late = times > now_s - self.window_s
+        late = times > horizon
         # Oldest first, up to the first sample still in the window.
         kept_from = int(late.argmax()) if late.size and late.any() else late.size
         self._start = self._end - times.size + kept_from
@@ -163,7 +170,7 @@ class LatencyWindow:
 
     def count(self, now_s: float) -> int:
         self._prune(now_s)
-        return self._end - max(self._start, self._end - self._cap)
+        return self._end - self._oldest()
 
     def coefficient_of_variation(self, now_s: float) -> float:
         """Sample standard deviation over mean (0 for fewer than two values or a mean <= 0)."""

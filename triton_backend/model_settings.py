@@ -40,6 +40,7 @@ CANCEL_CHECK_MIN_WAIT_S = 0.1
 # up to this many batches, or a quarter of a perception period, and runs with the others
 # (deferred.py): alone it runs cold, once a call (results/batched_feedback/).
 FEEDBACK_BATCHES = 8
+FEEDBACK_MAX_AGE_PERIODS = 0.25  # of a perception period (perception_period_ms)
 EXECUTORS = ("minilm", "bert_large_random", "emulated")
 # The executors that compute for real (torch, on the instance's device): their cost table
 # is measured at load, and a GPU placement asks torch whether CUDA is there.

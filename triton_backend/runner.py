@@ -48,7 +48,7 @@ from .timeout_guard import TimeoutGuard
 from .watchdog import Watchdog
 from .control_metrics import ControlMetrics
 from .metric_catalog import HISTOGRAM_PUBLISH_PERIOD_S, METRICS_PUBLISH_PERIOD_S
-from .model_settings import CANCEL_CHECK_MIN_WAIT_S, FEEDBACK_BATCHES
+from .model_settings import CANCEL_CHECK_MIN_WAIT_S, FEEDBACK_BATCHES, FEEDBACK_MAX_AGE_PERIODS
 
 WhileRunning = Callable[[float, float], None]  # host work beside a batch: (start, estimate ms)
 
@@ -96,7 +96,7 @@ class Runner(LaunchFirst):
         # windows are read at perception's ticks, its refit moves estimates a smoothed step.
         self.deferred = Deferred(
             self.step_failed, FEEDBACK_BATCHES,
-            self.scheduler.control.perception_period_ms / 4000.0)
+            FEEDBACK_MAX_AGE_PERIODS * self.scheduler.control.perception_period_ms / 1000.0)
         self._decided_s = -float("inf")  # the last step's time (``_decide``)
         self._running: Step | None = None  # the step whose batch runs (``running``)
 
