@@ -1,5 +1,6 @@
 """``make bench``'s h200 block: h200_minilm and the flat profile at time scale 1, loads as
-fractions of native's closed-loop peak, and the host-bound run.
+fractions of native's closed-loop peak, and the host-bound run. At time scale 1 the
+closed-loop peaks and the stub CPU at 0.8x run in rotated rounds (``bench_rotation.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import tempfile
 
 from benchmarks import segment_stats as B
 from benchmarks.bench_pa import pa_rows
-from benchmarks.bench_server import Bench, peak_text, explicit_peak, peak_window_ms
+from benchmarks.bench_rotation import (CPU_LOAD, ROTATION_ROUNDS, cpu_rounds, median_round,
+                                       rotated_peaks)
+from benchmarks.bench_server import Bench, peak_text, peak_window_ms
 from benchmarks.bench_setup import (CLIENT_TIMEOUT_SLAS, EXPLICIT, FLAT_LABEL, FLAT_PARAMS,
                                     FLAT_PROFILE, H200, H200_LOADS, H200_MODE,
                                     H200_NATIVE_MAX_BATCH, H200_QUICK_LOADS, H200_SCALED_TIMING,
@@ -75,11 +78,15 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
     best = chosen[0] if chosen else settings[0]
     run["native_setting"] = best
 
-    # 3. closed-loop peaks: the best native, then explicit
-    bench.configure(NATIVE, params, best, H200_NATIVE_MAX_BATCH)
-    peaks = {"native": bench.closed_loop_peak(NATIVE, data_n, peak_ms),
-             "explicit": explicit_peak(bench, params_e, data_e, peak_ms)}
-    run["peaks"] = peaks
+    # 3. closed-loop peaks: the best native, then explicit; at device speed in rotated
+    # rounds (bench_rotation.py), the median round standing for them
+    rotate = ts == 1.0 and not quick
+    rounds = rotated_peaks(bench, params, best, H200_NATIVE_MAX_BATCH, params_e,
+                           {"explicit": data_e, "native": data_n}, peak_ms,
+                           ROTATION_ROUNDS if rotate else 1)
+    peaks = run["peaks"] = median_round(rounds)
+    if rotate:
+        run["peak_rounds"] = rounds
     native_peak = peaks["native"].get("throughput_rps")
     if native_peak:
         run["load_reference"] = "native's closed-loop peak"
@@ -104,6 +111,12 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
                                         arrivals, dur, role == "explicit", timeout_s, warm)
                     for role in order}
         run["rows"].append({"load": load, "rate_rps": rate, "measured": measured})
+        if rotate and abs(load - CPU_LOAD) < 1e-9:  # the stub CPU row: more rounds
+            run["cpu_rounds"] = cpu_rounds(measured, [
+                {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
+                                     arrivals, dur, role == "explicit", timeout_s, warm)
+                 for role in (order[::-1] if k % 2 else order)}
+                for k in range(1, ROTATION_ROUNDS)])
         e, n = measured["explicit"], measured["native"]
         log(f"  {load:.1f}x ({rate:.0f} req/s): explicit {e.met / dur:.1f} in SLA/s "
             f"({e.attainment:.1%}, P50 {e.p50_ms:.1f} ms, refused "
@@ -142,11 +155,13 @@ def run_h200_block(bench: Bench, quick: bool) -> dict:
         data_e = write_input_data(os.path.join(tmp, "h200_host_sla.json"),
                                   mix_entries(SLA_CLASSES_MS))
         data_n = write_input_data(os.path.join(tmp, "h200_host.json"), mix_entries(None))
-        bench.configure(NATIVE, params, setting, H200_NATIVE_MAX_BATCH)
+        rounds = rotated_peaks(bench, params, setting, H200_NATIVE_MAX_BATCH, params_e,
+                               {"explicit": data_e, "native": data_n}, peak_ms,
+                               1 if quick else ROTATION_ROUNDS)
         host = {"time_scale": ts, "native_setting": setting, "sla_classes_ms": SLA_CLASSES_MS,
-                "peak_measure_ms": peak_ms,
-                "peaks": {"native": bench.closed_loop_peak(NATIVE, data_n, peak_ms),
-                          "explicit": explicit_peak(bench, params_e, data_e, peak_ms)}}
+                "peak_measure_ms": peak_ms, "peaks": median_round(rounds)}
+        if len(rounds) > 1:
+            host["peak_rounds"] = rounds
         out["host_bound"] = host
         log(f"host-bound (time scale {ts:g}) closed loop: native "
             f"{peak_text(host['peaks']['native'])}, explicit "

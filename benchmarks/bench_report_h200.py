@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from . import segment_stats as B
 from benchmarks.bench_pa import pa_markdown, pa_targets
+from benchmarks.bench_rotation import rotation_markdown, rotation_targets
 from benchmarks.bench_targets import (CPU_TARGET_US, H200_GOODPUT_TARGET, H200_P50_MARGIN_MS,
                                       OVERLOAD_TARGET, errors_cell, fmt_num, fmt_pct, fmt_ratio)
 
@@ -137,6 +138,7 @@ def h200_run_targets(run: dict, add: Callable[..., None]) -> None:
                  run, PEAK_RATIO_TARGET, add)
     pa_targets(run, scope, add)
 
+    rotation_targets(run, scope, add)
     cpu = h200_cpu_us(run)
     if cpu is not None:
         e, n, extra = cpu
@@ -345,6 +347,7 @@ def h200_markdown(h200: dict) -> list[str]:
                   *PEAK_HEADER]
         for role in ("explicit", "native"):
             lines.append(f"| {role} | {_peak_cells(run['peaks'].get(role))} |")
+        lines += ["", *rotation_markdown(run)] if run.get("peak_rounds") else []
         nk, _ = h200_knee(run, "native")
         ek, _ = h200_knee(run, "explicit")
         reference = run.get("load_reference", "native's closed-loop peak")
@@ -384,7 +387,7 @@ def h200_markdown(h200: dict) -> list[str]:
                   " ms for explicit (device speed, not scaled):", "", *PEAK_HEADER]
         for role in ("explicit", "native"):
             lines.append(f"| {role} | {_peak_cells(host['peaks'].get(role))} |")
-        lines.append("")
+        lines += ["", *rotation_markdown(host)]
     return lines
 
 

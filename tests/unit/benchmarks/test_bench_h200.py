@@ -201,7 +201,10 @@ def test_h200_markdown_and_targets_render(tmp_path):
                "capacity_sample": 10, "target_capacity_rps": 200.0, "emulated": [],
                "h200": {"profile": "h200_minilm", "profile_description": "EMULATED",
                         "runs": [r], "host_bound": host}}
-    flat = {**r, "label": "flat GPU-like t4 EMULATED", "intake": "hold"}
+    flat = {**r, "label": "flat GPU-like t4 EMULATED", "intake": "hold",
+            "cpu_rounds": [{"explicit": 130.0, "native": 100.0}] * 3,
+            "peak_rounds": [r["peaks"]] * 3}
+    host["peak_rounds"] = [host["peaks"]] * 3
     results["h200"]["runs"].append(flat)
     R.write(results, str(tmp_path))
     text = (tmp_path / "report.md").read_text()
@@ -211,4 +214,9 @@ def test_h200_markdown_and_targets_render(tmp_path):
     assert "Host-bound: EMULATED h200_minilm at time scale 0.01" in text
     assert "closed-loop peak vs native, device nearly free (host-bound)" in text
     assert "| 0.80 | >= 0.9x | **MISSED** |" in text  # 4000 / 5000
+    # the rounds: flat's CPU verdict at 0.8x (1.3x, missed), and each round a line
+    assert "stub CPU per request vs native at 0.8x, open loop (median of rotated rounds)" in text
+    assert "| 1.30 | <= 1.25x | **MISSED** |" in text
+    assert text.count("- peak round 3: explicit 4000 vs native 5000 req/s") == 1  # host-bound
+    assert text.count("- 0.8x round 2: stub CPU 130 vs 100 us a request") == 1
     assert math.isfinite(H.in_sla_rps(seg(10), 2.0))
