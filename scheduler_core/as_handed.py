@@ -191,16 +191,14 @@ class AsHandedRule:
         where small batches pay at that member's length; its SLAs may not be read yet (a
         launch first), so neither is asked of one member: of the lengths, small batches
         pay at none; of the urgency, an upper bound (the first deadline, the longest
-        lone run, the oldest arrival) stays below ``urgent_threshold``. Not on a padded
-        measured table (the emergency scan may split there). In steady load
+        lone run, the oldest arrival) stays below ``urgent_threshold``. Outside its lane
+        the emergency former prices a hold call's whole queue as the length-aware former
+        does (``LengthAwareFormer.form``'s plans), so on a padded measured table too the
+        split check after this (``_no_split_pays``) answers for both. In steady load
         near the danger zone's bound that is most hand-overs: the emergency policy would
         change no batch, and the call takes the path a safe one takes."""
         ctl, cfg, est = self.control, self.cfg, self.estimator
         if ctl.dilution or ctl.emergency_stop_noncritical:
-            return False
-        if est.table is not None and est.cost_mode == "padded":
-            # Its scan leaves a candidate out past the table's launch-bound region, and
-            # without the length-aware former's cheapest plan nothing puts it back.
             return False
         n, longest = len(lengths), max(lengths)
         if n >= cfg.max_batch_size:

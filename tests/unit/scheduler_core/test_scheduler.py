@@ -629,8 +629,9 @@ def in_the_danger_zone(test):
         slowdown=st.sampled_from([0.5, 1.0, 3.0]))(test))
 
 
-# h200_minilm's padded table: the emergency scan leaves fifteen 1-token requests out of
-# a 27-token seed's batch (past the table's launch-bound region); the taker must too.
+# h200_minilm's padded table: the emergency scan alone would leave fifteen 1-token
+# requests out of a 27-token seed's batch (past the table's launch-bound region); the
+# emergency former prices the call whole first, and the taker takes what it forms.
 @example(name="h200_minilm", cost_mode="padded",
          history=[([1] * 6, [10_000.0] * 70, 0.0), ([1], [10_000.0] * 70, 0.0)],
          call=([1] * 15 + [27], [10_000.0] * 70, 0.0), slowdown=0.5)
@@ -793,6 +794,25 @@ def test_a_quiet_hand_over_is_taken_and_the_emergency_policy_decides():
     late = [*batch, QueuedRequest(9, 16, 9.0, 100.0)]  # waited 1 s of its 100 ms
     assert Scheduler.from_profile(_twin_profile("t4", "padded", "shipped")).takes_as_handed(
         10.0, late) is None
+
+
+def test_in_the_danger_zone_a_measured_padded_table_takes_what_the_emergency_plan_forms():
+    """On h200_minilm's padded measured table, the danger zone's emergency former plans a
+    hold call's whole queue (outside its urgent lane) as the length-aware former does: a
+    quiet hand-over that it forms as one batch is taken as handed, with the estimate the
+    decision makes, instead of being decoded and decided in full for that same batch."""
+    profile = _twin_profile("h200_minilm", "padded", "emergency")
+    history = [([1] * 6, [10_000.0] * 6, 0.0), ([1], [10_000.0], 0.0)]
+    taker, now = _played(profile, history, 0.5)
+    decider, _ = _played(profile, history, 0.5)
+    batch = [QueuedRequest(1000 + k, n, now, 10_000.0) for k, n in enumerate([1] * 15 + [27])]
+    estimate = taker.takes_as_handed(now, batch)
+    assert taker.mode() == Mode.EMERGENCY and estimate is not None
+    for r in batch:
+        decider.submit(r, now)
+    decision = decide(decider, now, flush=True)
+    assert decision.mode == Mode.EMERGENCY and len(decision.batch) == len(batch)
+    assert estimate == pytest.approx(decision.estimated_ms)
 
 
 def test_a_hand_over_taken_as_handed_counts_once_it_starts_and_once():
