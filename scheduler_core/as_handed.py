@@ -10,6 +10,7 @@ import math
 import operator
 from typing import Sequence
 
+from .batch_plan import cheapest_split_ms
 from .contract import Reason
 from .request import QueuedRequest
 
@@ -177,7 +178,7 @@ class AsHandedRule:
                     (1.0 - self.control.reserved_capacity) * 0.5 * tightest_sla_ms):
                 return None
             if est.cost_mode == "padded" and not self._no_split_pays(
-                    lengths, n, longest, real, squared):
+                    lengths, n, longest, real, squared, batch_ms):
                 return None
         return batch_ms
 
@@ -233,13 +234,17 @@ class AsHandedRule:
         self._count_dispatch(n, mode, Reason.FLUSH, False)
 
     def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
-                       squared: int) -> bool:
-        """Whether a padded batch costs less whole than split in two (the cost model's
-        line; a measured table keeps the line it was fitted with), time-scaled, where a
-        split costs one more launch and one more batch's host time (``batch_host_ms``).
+                       squared: int, whole_ms: float) -> bool:
+        """Whether a padded batch (``whole_ms`` by the estimate) costs less whole than
+        split in two, time-scaled, where a split costs one more launch and one more
+        batch's host time (``batch_host_ms``).
 
-        Its padding costing less than that is enough, and cheap: a split saves at most
-        the padding. On the formula (no table) the
+        Its padding by the cost model's line (a measured table keeps the line it was
+        fitted with) costing less than that is enough, and cheap: a split saves at most
+        the padding. Past it, on a measured table, the former's own pricing answers
+        (``batch_plan.cheapest_split_ms``, as ``LengthAwareFormer._cheapest_prefix``
+        prices a hold call's queue, with no duration cap: a split it would leave out for
+        the cap declines here, and the decision runs). On the formula (no table) the
         exact rule follows: the cheapest split of two puts a shortest-first prefix of
         ``k`` requests, longest ``L``, beside the rest, and saves
         ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
@@ -255,8 +260,11 @@ class AsHandedRule:
         launch = cm.fixed_ms * scale + self.cfg.batch_host_ms
         padding_ms = (per_tok * (n * longest - real)
                       + per_sq * (n * longest * longest - squared))
-        if padding_ms < launch or est.table is not None:
-            return padding_ms < launch
+        if padding_ms < launch:
+            return True
+        if est.table is not None:
+            return cheapest_split_ms(est, sorted(lengths), whole_ms, self.cfg.batch_host_ms,
+                                     self.cfg.max_batch_tokens) is None
         bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
         k = 0
         for length in sorted(lengths):

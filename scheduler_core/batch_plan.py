@@ -1,5 +1,6 @@
 """The cheapest padded plan for a known queue larger than one batch: the partition of its
-requests, sorted by length, into consecutive batches that costs the device least.
+requests, sorted by length, into consecutive batches that costs the device least; and, for
+a queue that fits one batch, its cheapest split in two (``cheapest_split_ms``).
 
 A padded batch costs what its size and its longest member say (``CostEstimator``), so
 some cheapest plan groups requests by length: sorting them and cutting the sorted list
@@ -19,6 +20,9 @@ Pure and vectorised: one numpy row per request, one short loop over the sorted l
 """
 
 from __future__ import annotations
+
+import math
+from typing import Sequence
 
 import numpy as np
 
@@ -66,3 +70,36 @@ def cheapest_plan(lengths: np.ndarray, costs_ms: np.ndarray, max_tokens: int,
         j -= int(size_of[j])
     ends.reverse()
     return ends, float(best[n])
+
+
+def cheapest_split_ms(estimator: CostEstimator, lengths: Sequence[int], whole_ms: float,
+                      host_ms: float, max_tokens: int,
+                      first_cap_ms: float = math.inf) -> tuple[int, float, float] | None:
+    """The cheapest split in two of a queue that fits one batch, where it costs less than
+    ``whole_ms`` (the queue as one batch): ``lengths`` sorted ascending, the ``k``
+    shortest first, then the rest, each padded to its longest and within ``max_tokens``,
+    the second charged ``host_ms`` more (one more batch's host time), the first within
+    ``first_cap_ms``. Returns (k, the first batch's estimate, the rest's), or None where
+    no split is cheaper.
+
+    A padded batch costs its size times its longest, so the cheapest two-batch plan puts
+    a shortest-first prefix beside the rest; a prefix ends where the lengths change, and
+    none ending in the longest saves anything. ``LengthAwareFormer._cheapest_prefix``
+    prices a hold call with it, and the as-handed rule asks it on a measured table
+    (``AsHandedRule._no_split_pays``): one computation, so the two agree."""
+    n = len(lengths)
+    longest = lengths[-1]
+    best_ms, best = whole_ms * (1.0 - 1e-9), None
+    for k in range(1, n):
+        length = lengths[k - 1]
+        if length == longest:
+            break  # the rest are the longest: no saving from here on
+        if length == lengths[k]:
+            continue  # a prefix ends where the lengths change
+        if k * length > max_tokens or (n - k) * longest > max_tokens:
+            continue  # not a plan of two batches
+        first = estimator.estimate_parts_ms(k, length, 0, 0)
+        rest = estimator.estimate_parts_ms(n - k, longest, 0, 0)
+        if first + rest + host_ms < best_ms and first <= first_cap_ms:
+            best_ms, best = first + rest + host_ms, (k, first, rest)
+    return best

@@ -12,7 +12,7 @@ from itertools import islice, repeat
 
 import numpy as np
 
-from .batch_plan import cheapest_plan, padded_costs_ms
+from .batch_plan import cheapest_plan, cheapest_split_ms, padded_costs_ms
 from .candidate import Candidate
 from .controller import ControlState
 from .cost_model import CostEstimator
@@ -127,32 +127,16 @@ class LengthAwareFormer:
         the rest (each within ``max_batch_tokens``, the first within ``duration_cap_ms``),
         where that costs less than ``plan_ms`` (the queue as one batch, where it ends
         everyone in time) and every member ends in time in it; (the first batch's slots,
-        its estimate, its tightest deadline), or None.
-
-        A padded batch costs its size times its longest, so the cheapest two-batch plan
-        puts a shortest-first prefix beside the rest (on the formula no plan of more
-        batches is cheaper unless one of two is: see ``Scheduler._no_split_pays``; on a
-        table, launch-bound up to thousands of tokens, the former's own split of a
-        hand-over cost more than one batch, and this two-batch plan less). Shortest first:
-        the cheaper batch ends sooner, so more requests are answered earlier."""
+        its estimate, its tightest deadline), or None. The split is
+        ``batch_plan.cheapest_split_ms`` (on the formula no plan of more batches is
+        cheaper unless one of two is: see ``Scheduler._no_split_pays``; on a table,
+        launch-bound up to thousands of tokens, the former's own split of a hand-over cost
+        more than one batch, and this two-batch plan less). Shortest first: the cheaper
+        batch ends sooner, so more requests are answered earlier."""
         order = sorted(pool, key=lambda slot: items[slot].seq_len)
-        n = len(order)
-        longest = items[order[-1]].seq_len
-        est, max_tokens = self.estimator, self.cfg.max_batch_tokens
-        host_ms = self.cfg.batch_host_ms  # the second batch's host time
-        best_ms, best = plan_ms * (1.0 - 1e-9), None
-        for k in range(1, n):
-            length = items[order[k - 1]].seq_len
-            if length == longest:
-                break  # the rest are the longest: no saving from here on
-            if length == items[order[k]].seq_len:
-                continue  # a prefix ends where the lengths change
-            if k * length > max_tokens or (n - k) * longest > max_tokens:
-                continue  # not a plan of two batches
-            first = est.estimate_parts_ms(k, length, 0, 0)
-            rest = est.estimate_parts_ms(n - k, longest, 0, 0)
-            if first + rest + host_ms < best_ms and first <= duration_cap_ms:
-                best_ms, best = first + rest + host_ms, (k, first, rest)
+        best = cheapest_split_ms(self.estimator, [items[slot].seq_len for slot in order],
+                                 plan_ms, self.cfg.batch_host_ms, self.cfg.max_batch_tokens,
+                                 duration_cap_ms)
         if best is None:
             return None
         k, first_ms, rest_ms = best

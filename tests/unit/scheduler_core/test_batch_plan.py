@@ -1,5 +1,6 @@
 """The cheapest padded plan of a known queue (scheduler_core/batch_plan.py) and the
-length-aware former's use of it for a hand-over larger than one batch."""
+length-aware former's use of it for a hand-over larger than one batch; the cheapest split
+in two of a queue that fits one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core.batch_plan import cheapest_plan, padded_costs_ms
+from scheduler_core.batch_plan import cheapest_plan, cheapest_split_ms, padded_costs_ms
 from scheduler_core.contract import decide
 from scheduler_core.cost_model import CostEstimator
 from scheduler_core.cost_table import CostTable, RefitTable
@@ -152,3 +153,29 @@ def test_a_plan_that_would_make_someone_late_is_left_to_the_scan():
     batches, refused, late = _run(_flat(), requests)
     assert sorted([*(i for b in batches for i in b), *refused]) == list(range(104))
     assert late == 0
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(lengths=st.lists(st.integers(1, 600), min_size=1, max_size=40),
+       host_ms=st.sampled_from([0.0, 0.3]))
+def test_the_cheapest_split_in_two_is_the_cheapest_prefix_split_found_by_trying_each(
+        lengths, host_ms):
+    """``cheapest_split_ms`` against every prefix of the sorted lengths tried: it returns the
+    cheapest two-batch split below the whole batch's estimate, or None where none is."""
+    est = CostEstimator(CostModelConfig(fixed_ms=1.2, per_sequence_ms=0.02, per_token_ms=0.0065,
+                                        per_token_squared_ms=0.0000014), "padded", 8.0)
+    lengths = sorted(lengths)
+    n, longest, max_tokens = len(lengths), lengths[-1], 8192
+    whole_ms = est.estimate_parts_ms(n, longest, sum(lengths), sum(x * x for x in lengths))
+    tried = [(est.estimate_parts_ms(k, lengths[k - 1], 0, 0)
+              + est.estimate_parts_ms(n - k, longest, 0, 0) + host_ms, k)
+             for k in range(1, n) if lengths[k - 1] < lengths[k]
+             and k * lengths[k - 1] <= max_tokens and (n - k) * longest <= max_tokens]
+    cheaper = [t for t in tried if t[0] < whole_ms * (1.0 - 1e-9)]
+    split = cheapest_split_ms(est, lengths, whole_ms, host_ms, max_tokens)
+    if not cheaper:
+        assert split is None
+    else:
+        k, first_ms, rest_ms = split
+        assert first_ms + rest_ms + host_ms == pytest.approx(min(cheaper)[0])
+        assert lengths[k - 1] < lengths[k]

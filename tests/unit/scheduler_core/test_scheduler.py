@@ -815,6 +815,28 @@ def test_in_the_danger_zone_a_measured_padded_table_takes_what_the_emergency_pla
     assert estimate == pytest.approx(decision.estimated_ms)
 
 
+def test_on_a_measured_padded_table_the_split_check_asks_the_table_past_the_line():
+    """Thirty 16-token requests and one of 256 on h200_minilm's padded table: by the
+    table's line the padding (about 4.7 ms) is more than a launch (about 3.2 ms), but the
+    table prices the whole batch at about 6.8 ms and the cheapest split at about 8.3: the
+    decision forms it whole, and the as-handed rule, asking the table as the former does,
+    takes it with that estimate. With a 512-token member the split pays (8.1 ms against
+    13.9), and the rule leaves it to the decision."""
+    profile = _twin_profile("h200_minilm", "padded", "shipped")
+    for longest, whole in ((256, True), (512, False)):
+        batch = [QueuedRequest(k, 16, 10.0, 10_000.0) for k in range(30)]
+        batch.append(QueuedRequest(30, longest, 10.0, 10_000.0))
+        taker, decider = Scheduler.from_profile(profile), Scheduler.from_profile(profile)
+        estimate = taker.takes_as_handed(10.0, batch)
+        for r in batch:
+            decider.submit(r, 10.0)
+        decision = decide(decider, 10.0, flush=True)
+        assert (len(decision.batch) == len(batch)) is whole
+        assert (estimate is not None) is whole
+        if whole:
+            assert estimate == pytest.approx(decision.estimated_ms)
+
+
 def test_a_hand_over_taken_as_handed_counts_once_it_starts_and_once():
     """The server launches a taken hand-over before it reports it started: its arrivals
     (and the late share's hand-over, its dispatch) are counted then, beside the device,
