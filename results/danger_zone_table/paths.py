@@ -2,11 +2,13 @@
 The shipped plugin (``x_new``; ``control.infeasible_policy: reject`` as shipped) and, with
 BASE=PATH, the plugin as the checkout at PATH has it (``x_base``), in one server on one
 EMULATED device (``benchmarks.hold_speed.DEVICES``; it sleeps the profile's cost, not a
-GPU); perf_analyzer, the bench mix with its SLAs, Poisson at RATE req/s, ROUNDS rounds of
-MS each, the models alternating. Per round: the batches each former formed (the plugin's
-``formed_batches_total``: ``as_handed`` is a call run whole without a decision, the
-others a decided call's batches), Triton's calls, and the stub's CPU per request (every
-thread, ``/proc``). From the repository root:
+GPU); perf_analyzer, the bench mix with its SLAs, Poisson at RATE req/s (0: the closed
+loop at concurrency 64, ``control.infeasible_policy: serve_late`` as ``make bench``'s
+closed loops run it), ROUNDS rounds of MS each, the models alternating. Per round: the
+batches each former formed (the plugin's ``formed_batches_total``: ``as_handed`` is a
+call run whole without a decision, the others a decided call's batches), requests a
+call, and the stub's CPU per request (every thread, ``/proc``). From the repository
+root:
 
     [BASE=PATH] .venv/bin/python results/danger_zone_table/paths.py DEVICE RATE MS ROUNDS
 """
@@ -22,7 +24,7 @@ from server_ops.launcher import TritonServer  # noqa: E402
 
 FORMED = "explicit_batching_formed_batches_total"
 device, rate, ms, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-policy = {"control.infeasible_policy": "reject"}
+policy = {"control.infeasible_policy": "reject" if rate else "serve_late"}
 
 
 def formed(server: TritonServer, model: str) -> dict[str, float]:
@@ -52,7 +54,8 @@ with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for model in models[r % len(models):] + models[:r % len(models)]:
                 before = formed(server, model)
-                row = measure(server, model, data, rate, None, ms)
+                row = measure(server, model, data, rate, None, ms,
+                              concurrency=0 if rate else 64)
                 after = formed(server, model)
                 counts = {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
                 total = sum(counts.values()) or 1.0
