@@ -16,7 +16,8 @@ two or three batches' worth split into five to eight small batches, each paying 
 (results/h200_perf_analyzer.md has the timeline). The plan's order of batches and its
 deadline check are the former's (``LengthAwareFormer._planned``).
 
-Pure and vectorised: one numpy row per request, one short loop over the sorted lengths.
+Pure. ``cheapest_plan`` is vectorised: one numpy row per request, one short loop over the
+sorted lengths; ``cheapest_split_ms`` is one loop over a queue that fits one batch.
 """
 
 from __future__ import annotations
