@@ -7,8 +7,8 @@ loop at concurrency 64, ``control.infeasible_policy: serve_late`` as ``make benc
 closed loops run it), ROUNDS rounds of MS each, the models alternating. Per round: the
 batches each former formed (the plugin's ``formed_batches_total``: ``as_handed`` is a
 call run whole without a decision, the others a decided call's batches), requests a
-call, and the stub's CPU per request (every thread, ``/proc``). From the repository
-root:
+call, batches a call, and the stub's CPU per request (every thread, ``/proc``). From the
+repository root:
 
     [BASE=PATH] .venv/bin/python results/danger_zone_table/paths.py DEVICE RATE MS ROUNDS
 """
@@ -60,7 +60,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 counts = {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
                 total = sum(counts.values()) or 1.0
                 shares = ", ".join(f"{k} {v:.0f} ({v / total:.1%})" for k, v in counts.items())
+                calls = (row.answered or 0) / row.per_call if row.per_call else 0
                 print(f"round {r + 1} {model}: {row.throughput or 0:.0f} req/s, "
-                      f"{row.per_call or 0:.1f} requests a call, stub "
+                      f"{row.per_call or 0:.1f} requests a call, "
+                      f"{total / calls if calls else 0:.2f} batches a call, stub "
                       f"{row.stub_us or 0:.1f} us a request; batches formed: {shares}",
                       flush=True)
