@@ -107,16 +107,18 @@ def run_h200_run(bench: Bench, time_scale: float, quick: bool, tmp: str,
         arrivals = arrivals_for("poisson", rate, warm + dur,
                                 SEED + 5000 + int(round(load * 100)), slas)
         order = ("explicit", "native") if i % 2 == 0 else ("native", "explicit")
-        measured = {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
+
+        def pair(roles: tuple[str, str]) -> dict:
+            """Both models on this row's arrivals, in the order ``roles``."""
+            return {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
                                         arrivals, dur, role == "explicit", timeout_s, warm)
-                    for role in order}
+                    for role in roles}
+
+        measured = pair(order)
         run["rows"].append({"load": load, "rate_rps": rate, "measured": measured})
         if rotate and abs(load - CPU_LOAD) < 1e-9:  # the stub CPU row: more rounds
             run["cpu_rounds"] = cpu_rounds(measured, [
-                {role: bench.segment(role, EXPLICIT if role == "explicit" else NATIVE,
-                                     arrivals, dur, role == "explicit", timeout_s, warm)
-                 for role in (order[::-1] if k % 2 else order)}
-                for k in range(1, ROTATION_ROUNDS)])
+                pair(order[::-1] if k % 2 else order) for k in range(1, ROTATION_ROUNDS)])
         e, n = measured["explicit"], measured["native"]
         log(f"  {load:.1f}x ({rate:.0f} req/s): explicit {e.met / dur:.1f} in SLA/s "
             f"({e.attainment:.1%}, P50 {e.p50_ms:.1f} ms, refused "

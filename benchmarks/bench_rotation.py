@@ -42,9 +42,11 @@ def rotated_peaks(bench, native_params: dict, setting, max_batch: int, explicit_
 
 
 def _value(measured: Any, key: str) -> float | None:
-    """A figure of a peak (a dict) or of a segment (SegmentStats or its JSON form); None
-    where it failed or is missing."""
-    if isinstance(measured, dict):
+    """A figure of a peak (a dict), of a segment (SegmentStats or its JSON form), or the
+    figure itself (``cpu_rounds``' plain numbers); None where it failed or is missing."""
+    if isinstance(measured, (int, float)):
+        v = measured
+    elif isinstance(measured, dict):
         if measured.get("error"):
             return None
         v = measured.get(key)
@@ -53,26 +55,29 @@ def _value(measured: Any, key: str) -> float | None:
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
+def _indexed_ratios(rounds: list[dict], key: str) -> list[tuple[float, int]]:
+    """(explicit / native ratio of ``key``, the round's index) for each round with both
+    figures, in round order."""
+    out = []
+    for i, r in enumerate(rounds):
+        e, n = _value(r.get("explicit"), key), _value(r.get("native"), key)
+        if e is not None and n:
+            out.append((e / n, i))
+    return out
+
+
 def round_ratios(rounds: list[dict], key: str) -> list[float]:
     """Each round's explicit / native ratio of ``key``, rounds with a failed or missing
     figure left out."""
-    out = []
-    for r in rounds:
-        e, n = _value(r.get("explicit"), key), _value(r.get("native"), key)
-        if e is not None and n:
-            out.append(e / n)
-    return out
+    return [ratio for ratio, _ in _indexed_ratios(rounds, key)]
 
 
 def median_round(rounds: list[dict], key: str = "throughput_rps") -> dict:
     """The round whose ratio of ``key`` is the median (the lower middle of an even count);
     the first round where no round has both figures."""
-    ratios = [(e / n, i) for i, r in enumerate(rounds)
-              for e, n in [(_value(r.get("explicit"), key), _value(r.get("native"), key))]
-              if e is not None and n]
+    ratios = sorted(_indexed_ratios(rounds, key))
     if not ratios:
         return rounds[0] if rounds else {}
-    ratios.sort()
     return rounds[ratios[(len(ratios) - 1) // 2][1]]
 
 
@@ -83,18 +88,12 @@ def cpu_rounds(first: dict, more: list[dict]) -> list[dict]:
             for pair in [first, *more]]
 
 
-def _cpu_value(rounds: list[dict]) -> list[float]:
-    return [e / n for r in rounds for e, n in [(r.get("explicit"), r.get("native"))]
-            if e is not None and n]
-
-
 def rotation_targets(run: dict, scope: str, add: Callable[..., None]) -> None:
     """The stub CPU targets of a run measured in rounds (at 0.8x and at the closed-loop
     peak): the median of the rounds' ratios at most ``CPU_RATIO_TARGET``."""
-    for label, ratios in (
-            (f"at {CPU_LOAD:g}x, open loop", _cpu_value(run.get("cpu_rounds") or [])),
-            ("at the closed-loop peak",
-             round_ratios(run.get("peak_rounds") or [], "stub_cpu_us_per_request"))):
+    for label, rounds in ((f"at {CPU_LOAD:g}x, open loop", run.get("cpu_rounds")),
+                          ("at the closed-loop peak", run.get("peak_rounds"))):
+        ratios = round_ratios(rounds or [], "stub_cpu_us_per_request")
         if not ratios:
             continue
         v = statistics.median(ratios)
