@@ -30,6 +30,10 @@ class _HandedOver:
         return self.deadline_s
 
 
+def _seq_len(request: QueuedRequest) -> int:
+    return request.seq_len
+
+
 def _extremes(batch: Sequence[QueuedRequest]) -> tuple[QueuedRequest, float, float]:
     """A hand-over's tightest member (the first with the smallest SLA), its first
     deadline and its oldest arrival (``batch`` not empty). One loop, no generator: it
@@ -51,7 +55,7 @@ class AsHandedRule:
     """``takes_as_handed`` for ``Scheduler`` (see the module docstring)."""
 
     # The hand-over taken and not counted yet (``count_taken``): (now, its smallest SLA,
-    # the batch's estimate, its size, the mode).
+    # its estimate whole, its batches' sizes, the mode).
     _taken: tuple | None = None
 
     def takes_as_handed(self, now_s: float, batch: Sequence[QueuedRequest]) -> float | None:
@@ -84,6 +88,34 @@ class AsHandedRule:
         hand-over as the queue (depth, tightest deadline), as it would once submitted, and
         the late share is measured (none late), so the control loop follows the load
         whichever path the call takes."""
+        taken = self._take(now_s, batch, False)
+        return taken[1] if taken is not None else None
+
+    def takes_planned(self, now_s: float, batch: Sequence[QueuedRequest]
+                      ) -> tuple[list[QueuedRequest], float, list[QueuedRequest], float] | None:
+        """``takes_as_handed``, and where its one condition that fails is the split check
+        (a split of the hand-over in two costs the device less), the two batches
+        ``schedule`` forms from it: (the first batch, its estimate, the rest, its
+        estimate; no rest where taken whole), counted as ``takes_as_handed`` counts one
+        (both dispatches); None: nothing changed but the tick.
+
+        The split is the length-aware former's (``LengthAwareFormer._cheapest_prefix``:
+        ``batch_plan.cheapest_split_ms``, the ``k`` shortest first, within the duration
+        cap), taken where every member ends in time in its batch by the estimate (less
+        the infeasibility margin), and where at the first batch's estimated end the
+        former would form the rest whole (no split of the rest pays): so nothing stays
+        queued for ``schedule`` to shed, and no second decision runs. The control state
+        is the one this tick left (a zone change is acted on from the next call, as for
+        a launch first)."""
+        taken = self._take(now_s, batch, True)
+        if taken is None:
+            return None
+        order, first_ms, k, rest_ms = taken
+        return order[:k], first_ms, order[k:], rest_ms
+
+    def _take(self, now_s: float, batch: Sequence[QueuedRequest], split: bool):
+        """``takes_as_handed`` (``split`` False) or ``takes_planned``: None, or (the
+        hand-over in its batches' order, the first's estimate, its size, the rest's)."""
         self.count_taken()
         n = len(batch)
         if not n or self._queue or n > self.cfg.max_batch_size:
@@ -99,11 +131,51 @@ class AsHandedRule:
         self.controller.note_sla(tightest.sla_ms, self._alone_ms(tightest.seq_len))
         self.controller.tick(now_s, _HandedOver(n, first_deadline))
         state = self.controller.state
-        batch_ms = self._whole_ms(now_s, lengths, first_deadline, state.tightest_sla_ms,
-                                  oldest_arrival)
-        if batch_ms is not None:  # every member ends in time: the smallest SLA a feasible one
-            self._taken = (now_s, tightest.sla_ms, batch_ms, n, state.mode)
-        return batch_ms
+        whole = self._whole(now_s, lengths, first_deadline, state.tightest_sla_ms,
+                            oldest_arrival)
+        if whole is None:
+            return None
+        batch_ms, split_pays = whole
+        if not split_pays:  # every member ends in time: the smallest SLA a feasible one
+            self._taken = (now_s, tightest.sla_ms, batch_ms, (n,), state.mode)
+            return batch, batch_ms, n, 0.0
+        planned = self._split(now_s, batch, batch_ms, state) if split else None
+        if planned is not None:
+            order, k, first_ms, rest_ms = planned
+            self._taken = (now_s, tightest.sla_ms, batch_ms, (k, n - k), state.mode)
+            return order, first_ms, k, rest_ms
+        return None
+
+    def _split(self, now_s: float, batch: Sequence[QueuedRequest], whole_ms: float, state
+               ) -> tuple[list[QueuedRequest], int, float, float] | None:
+        """``takes_planned``'s split of ``batch`` (``whole_ms`` whole, a split cheaper):
+        (the hand-over shortest first, the first batch's size, its estimate, the rest's),
+        or None where the former would not run it as two batches in time."""
+        cfg, former = self.cfg, self.formers[state.mode]
+        if former.name == "fifo":
+            return None
+        cap_ms = math.inf
+        if not former.emergency and state.tightest_sla_ms:
+            cap_ms = (1.0 - self.control.reserved_capacity) * 0.5 * state.tightest_sla_ms
+        order = sorted(batch, key=_seq_len)
+        lengths = [r.seq_len for r in order]
+        best = cheapest_split_ms(self.estimator, lengths, whole_ms, cfg.batch_host_ms,
+                                 cfg.max_batch_tokens, cap_ms)
+        if best is None:
+            return None
+        k, first_ms, rest_ms = best
+        margin_s = self.control.infeasible_margin_ms * self.estimator.time_scale / 1000.0
+        first_end_s = now_s + first_ms / 1000.0
+        if (min(r.deadline_s for r in order[:k]) - margin_s < first_end_s
+                or min(r.deadline_s for r in order[k:]) - margin_s
+                < first_end_s + rest_ms / 1000.0):
+            return None
+        rest = lengths[k:]
+        if rest_ms > cap_ms or cheapest_split_ms(
+                self.estimator, rest, rest_ms, cfg.batch_host_ms, cfg.max_batch_tokens,
+                cap_ms) is not None:
+            return None  # the rest is decided at the first batch's end, as it comes
+        return order, k, first_ms, rest_ms
 
     def launches_as_handed(self, now_s: float, lengths: Sequence[int],
                            arrival_s: float) -> float | None:
@@ -126,8 +198,9 @@ class AsHandedRule:
         if not n or floor == math.inf or self._queue or n > self.cfg.max_batch_size:
             return None
         tightest = self.controller.state.tightest_sla_ms
-        return self._whole_ms(now_s, lengths, arrival_s + floor / 1000.0,
-                              min(tightest, floor) if tightest else floor, arrival_s)
+        whole = self._whole(now_s, lengths, arrival_s + floor / 1000.0,
+                            min(tightest, floor) if tightest else floor, arrival_s)
+        return whole[0] if whole is not None and not whole[1] else None
 
     def took_as_handed(self, now_s: float, batch: Sequence[QueuedRequest], batch_ms: float,
                        mode) -> None:
@@ -143,18 +216,19 @@ class AsHandedRule:
         tightest, first_deadline_s, _ = _extremes(batch)
         loop.note_sla(tightest.sla_ms, self._alone_ms(tightest.seq_len))
         loop.tick(now_s, _HandedOver(len(batch), first_deadline_s))
-        self._taken = (now_s, tightest.sla_ms, batch_ms, len(batch), mode)
+        self._taken = (now_s, tightest.sla_ms, batch_ms, (len(batch),), mode)
 
     def _alone_ms(self, length: int) -> float:
         """``CostEstimator.uniform_ms(1, length)``, from the memo ``submit`` reads."""
         return self._estimates(length)[0] * self.estimator.correction
 
-    def _whole_ms(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
-                  tightest_sla_ms: float | None, oldest_arrival_s: float) -> float | None:
-        """The hand-over's estimate (ms) where the control state as it is forms it whole,
-        every member in time by ``first_deadline_s`` (none arrived before
-        ``oldest_arrival_s``; ``takes_as_handed``'s conditions after the first); None
-        where not."""
+    def _whole(self, now_s: float, lengths: Sequence[int], first_deadline_s: float,
+               tightest_sla_ms: float | None, oldest_arrival_s: float
+               ) -> tuple[float, bool] | None:
+        """(the hand-over's estimate in ms, whether a split of it pays) where the control
+        state as it is forms it whole but for the split check, every member in time by
+        ``first_deadline_s`` (none arrived before ``oldest_arrival_s``;
+        ``takes_as_handed``'s conditions after the first); None where not."""
         cfg, est, state = self.cfg, self.estimator, self.controller.state
         n, longest, real = len(lengths), max(lengths), sum(lengths)
         if n * longest > cfg.max_batch_tokens:
@@ -179,8 +253,8 @@ class AsHandedRule:
                 return None
             if est.cost_mode == "padded" and not self._no_split_pays(
                     lengths, n, longest, real, squared, batch_ms):
-                return None
-        return batch_ms
+                return batch_ms, True
+        return batch_ms, False
 
     def _emergency_forms_whole(self, former, now_s: float, lengths: Sequence[int],
                                first_deadline_s: float, oldest_arrival_s: float) -> bool:
@@ -213,7 +287,7 @@ class AsHandedRule:
         decay, unit = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms
         if not (0.0 < decay < 1.0 and unit > 0.0):
             return False
-        alone_ms = max(est.base_uniform_ms(1, length) for length in distinct)
+        alone_ms = max(self._estimates(length)[0] for length in distinct)  # memoised
         slack_ms = (first_deadline_s - now_s) * 1000.0 - alone_ms * est.correction
         if slack_ms < 0.0:
             return False
@@ -221,17 +295,19 @@ class AsHandedRule:
         return urgency < ctl.urgent_threshold * (1.0 - 1e-9)
 
     def count_taken(self) -> None:
-        """Count the hand-over ``takes_as_handed`` took last, once: its arrivals (the
-        smallest SLA a feasible one), the late share's hand-over (none late) and its
-        dispatch."""
+        """Count the hand-over ``takes_as_handed`` (or ``takes_planned``) took last, once:
+        its arrivals (the smallest SLA a feasible one), the late share's hand-over (none
+        late) and its batches' dispatches."""
         taken, self._taken = self._taken, None
         if taken is None:
             return
-        now_s, sla_ms, batch_ms, n, mode = taken
+        now_s, sla_ms, batch_ms, sizes, mode = taken
+        n = sum(sizes)
         self.controller.on_arrival(now_s, sla_ms, batch_ms, n)
         self.overload.arrived()
         self.overload.measure(now_s, 0, n)
-        self._count_dispatch(n, mode, Reason.FLUSH, False)
+        for size in sizes:  # one dispatch a batch (``takes_planned``: two)
+            self._count_dispatch(size, mode, Reason.FLUSH, False)
 
     def _no_split_pays(self, lengths: list[int], n: int, longest: int, real: int,
                        squared: int, whole_ms: float) -> bool:
@@ -239,21 +315,26 @@ class AsHandedRule:
         split in two, time-scaled, where a split costs one more launch and one more
         batch's host time (``batch_host_ms``).
 
-        Its padding by the cost model's line (a measured table keeps the line it was
-        fitted with) costing less than that is enough, and cheap: a split saves at most
-        the padding. Past it, on a measured table, the former's own pricing answers
+        On a measured table the former's own pricing answers
         (``batch_plan.cheapest_split_ms``, as ``LengthAwareFormer._cheapest_prefix``
         prices a hold call's queue, with no duration cap: a split it would leave out for
-        the cap declines here, and the decision runs). On the formula (no table) the
+        the cap declines here, and the decision runs). Not the line the table was fitted
+        with: once the online refit has moved the table's cells unevenly, a split can save
+        more than the line's padding (a hand-over of seven 1-token requests and one of
+        497 after batches ran at 3x their estimate). On the formula (no table) the
         exact rule follows: the cheapest split of two puts a shortest-first prefix of
         ``k`` requests, longest ``L``, beside the rest, and saves
         ``k * (per_token * (longest - L) + per_token_squared * (longest^2 - L^2))``
-        against one more launch (``per_sequence`` is paid either way). Where no such
+        against one more launch (``per_sequence`` is paid either way): its padding
+        costing less than a launch is enough, and cheap. Where no such
         split saves a launch, none of more batches does either: each further cut saves
         at most what a prefix split of two saves, and costs a launch more. So this is
         exactly when ``LengthAwareFormer`` keeps the batch whole: it splits only where
         its split (one batch, then the rest as one) costs less than the whole."""
         est = self.estimator
+        if est.table is not None:
+            return cheapest_split_ms(est, sorted(lengths), whole_ms, self.cfg.batch_host_ms,
+                                     self.cfg.max_batch_tokens) is None
         cm, scale = est.cfg, est.time_scale * est.correction
         per_tok, per_sq = cm.per_token_ms * scale, cm.per_token_squared_ms * scale
         # What a split adds: a launch, and one more batch's host time (not time-scaled).
@@ -262,9 +343,6 @@ class AsHandedRule:
                       + per_sq * (n * longest * longest - squared))
         if padding_ms < launch:
             return True
-        if est.table is not None:
-            return cheapest_split_ms(est, sorted(lengths), whole_ms, self.cfg.batch_host_ms,
-                                     self.cfg.max_batch_tokens) is None
         bound = launch * (1.0 - 1e-9)  # a tie splits or not by rounding: count it a split
         k = 0
         for length in sorted(lengths):

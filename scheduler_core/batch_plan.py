@@ -87,7 +87,28 @@ def cheapest_split_ms(estimator: CostEstimator, lengths: Sequence[int], whole_ms
     a shortest-first prefix beside the rest; a prefix ends where the lengths change, and
     none ending in the longest saves anything. ``LengthAwareFormer._cheapest_prefix``
     prices a hold call with it, and the as-handed rule asks it on a measured table
-    (``AsHandedRule._no_split_pays``): one computation, so the two agree."""
+    (``AsHandedRule._no_split_pays``): one computation, so the two agree.
+
+    The uncapped answer is kept on the estimator (``CostEstimator.last_split``) for the
+    same inputs and estimator state: a hold call asks it of one hand-over up to three
+    times. Where it meets the cap it is the capped answer too (the first cheapest of
+    all is the first cheapest of those within the cap); else the capped scan runs."""
+    key = (tuple(lengths), whole_ms, host_ms, max_tokens, estimator.state)
+    last = estimator.last_split
+    if last is not None and last[0] == key:
+        best = last[1]
+    else:
+        best = _cheapest_split(estimator, lengths, whole_ms, host_ms, max_tokens, math.inf)
+        estimator.last_split = (key, best)
+    if best is None or best[1] <= first_cap_ms:
+        return best
+    return _cheapest_split(estimator, lengths, whole_ms, host_ms, max_tokens, first_cap_ms)
+
+
+def _cheapest_split(estimator: CostEstimator, lengths: Sequence[int], whole_ms: float,
+                    host_ms: float, max_tokens: int,
+                    first_cap_ms: float) -> tuple[int, float, float] | None:
+    """``cheapest_split_ms``, computed: one loop over the sorted lengths."""
     n = len(lengths)
     longest = lengths[-1]
     best_ms, best = whole_ms * (1.0 - 1e-9), None

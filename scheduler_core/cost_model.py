@@ -99,6 +99,17 @@ class CostEstimator:
         self.error_ratio = 0.0
         seed = cost_table(cfg)
         self.table: RefitTable | None = RefitTable(seed, smoothing) if seed else None
+        # ``batch_plan.cheapest_split_ms``'s last answer, keyed on its inputs and
+        # ``state``: a hold call asks it of the same hand-over up to three times (the
+        # launch-first check, the as-handed check, the former), each a scan of lookups.
+        self.last_split: tuple | None = None
+
+    @property
+    def state(self) -> tuple:
+        """What every estimate depends on besides its arguments: equal states give
+        equal estimates (a refit that moves a table's lookups bumps its ``version``)."""
+        return (self.table.version if self.table is not None else -1, self.correction,
+                self.time_scale, self.cost_mode)
 
     @property
     def drift_ratio(self) -> float:

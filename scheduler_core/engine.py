@@ -33,11 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .contract import BatchDecision, BatchingPolicy, QueueFull, decide, wake_time
+from .contract import BatchDecision, BatchingPolicy, QueueFull, Reason, decide, wake_time
 from .request import QueuedRequest, Served
 
 # The reason a step names when a hand-over runs whole, as Triton's batcher handed it over
-# (``Engine.take_whole``); a former's name elsewhere.
+# (``Engine.take_whole``), and its former; a former's name elsewhere (a planned split's
+# batches too: ``Engine.take_planned``).
 AS_HANDED = "as_handed"
 
 
@@ -132,6 +133,25 @@ class Engine:
         self.perceive(sample)
         return self._as_handed(batch, takes(now_s, batch))
 
+    def take_planned(self, batch: Sequence[QueuedRequest], now_s: float,
+                     sample: Perceived | None = None) -> list[Step] | None:
+        """``take_whole``, or the two steps the policy's decision would run one after the
+        other, known at hand-over (``Scheduler.takes_planned``): steps to run in order and
+        bracket like any other; None: nothing was taken, ``submit`` and ``step``
+        instead."""
+        takes = getattr(self.policy, "takes_planned", None)
+        if takes is None or not batch:
+            return None
+        self.perceive(sample)
+        planned = takes(now_s, batch)
+        if planned is None:
+            return None
+        first, first_ms, rest, rest_ms = planned
+        if not rest:
+            return [self._as_handed(first, first_ms)]
+        name = self.policy.formers[self.policy.controller.state.mode].name
+        return [self._as_handed(first, first_ms, name), self._as_handed(rest, rest_ms, name)]
+
     def launches(self, now_s: float, lengths: Sequence[int], arrival_s: float
                  ) -> float | None:
         """``take_whole`` before the hand-over's SLAs are read, from its ``lengths`` (all
@@ -155,14 +175,16 @@ class Engine:
         self.policy.took_as_handed(now_s, step.batch, step.estimated_ms, step.decision.mode)
         self.policy.batch_started(step.batch, started_s)
 
-    def _as_handed(self, batch: Sequence[QueuedRequest], estimated_ms: float | None
-                   ) -> Step | None:
+    def _as_handed(self, batch: Sequence[QueuedRequest], estimated_ms: float | None,
+                   former: str = AS_HANDED) -> Step | None:
         if estimated_ms is None:
             return None
         state = self.policy.controller.state
-        decision = BatchDecision(tuple(batch), None, AS_HANDED, state.window_ms,
+        # A planned split's batches are the former's, formed as a hold call's flush.
+        reason = AS_HANDED if former == AS_HANDED else Reason.FLUSH
+        decision = BatchDecision(tuple(batch), None, reason, state.window_ms,
                                  state.observation.utilization, estimated_ms, (), state.zone,
-                                 state.mode, AS_HANDED)
+                                 state.mode, former)
         return Step(decision.batch, (), None, decision)
 
     def started(self, batch: Sequence[QueuedRequest], now_s: float) -> None:

@@ -42,6 +42,8 @@ class LengthAwareFormer:
         self.small_queue = small_queue
         # The size of an efficient batch (as Scheduler.submit costs Entry.efficient_ms).
         self.efficient_size = max(1, math.ceil(control.min_batch_fill * cfg.max_batch_size))
+        self._pays: dict[int, bool] = {}  # _small_batches_pay by length, at _pays_version
+        self._pays_version = -1
 
     def _small_batches_pay(self, seed_len: int) -> bool:
         """Is an emergency batch shorter than a full one, at the seed's length, by more
@@ -50,9 +52,17 @@ class LengthAwareFormer:
         profile's 3.9 ms against 0.0006 ms a token): there a batch of
         ``emergency_batch_size`` takes about as long as a full one, wasting the device."""
         est = self.estimator
-        small = est.base_uniform_ms(self.control.emergency_batch_size, seed_len)
-        full = est.base_uniform_ms(self.cfg.max_batch_size, seed_len)
-        return full > (1.0 + self.control.max_padding_waste) * small
+        # Kept by length while the lookups stay as they are (the danger zone's as-handed
+        # check asks it of every distinct length of every hand-over).
+        version = est.table.version if est.table is not None else 0
+        if version != self._pays_version:
+            self._pays, self._pays_version = {}, version
+        pays = self._pays.get(seed_len)
+        if pays is None:
+            small = est.base_uniform_ms(self.control.emergency_batch_size, seed_len)
+            full = est.base_uniform_ms(self.cfg.max_batch_size, seed_len)
+            pays = self._pays[seed_len] = full > (1.0 + self.control.max_padding_waste) * small
+        return pays
 
     def _limits(self, queue: EntryQueue, state: ControlState, now_s: float,
                 urgent_first: bool, seed_len: int) -> tuple[int, float, bool, Candidate | None]:

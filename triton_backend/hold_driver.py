@@ -161,13 +161,13 @@ class HoldDriver:
             record.decoded_s = self._clock()
             self._end_at_once(call)
             if call.queued:
-                whole = runner.take_whole(call.queued)
+                whole = self._take_planned(answers, call.queued, record)
         call = call or DecodedCall()  # None: its step failed before it decoded
         queued = call.queued
-        if whole is not None:  # one batch, as Triton handed it over
+        if isinstance(whole, Ran):  # one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),
                          whole.step.estimated_ms, AS_HANDED, whole.executor_s)
-        elif queued:
+        elif whole is None and queued:
             runner.submit(queued, now)
             self._run(answers, queued, record, self._budget_sla_ms(queued))
         # Built before the call's end is taken: building the responses is the call's work
@@ -201,6 +201,23 @@ class HoldDriver:
 
         ran = self.runner.run_launched(tickets, now, launched, complete)
         return ran, (decoded[0] if decoded and ran is not None else None)
+
+    def _take_planned(self, answers: CallList, queued: list[QueuedRequest],
+                      record: CallRecord) -> Ran | list[Ran] | None:
+        """The call as handed over (its ``Ran``), or as the decision's two batches known at
+        hand-over, recorded here, the first's answers sent early while the second runs
+        where that pays (``_send_early``); None: neither (``submit`` and ``_run``)."""
+        deadlines = {q.handle.slot: q.deadline_s for q in queued}
+        ran = self.runner.take_planned(queued, functools.partial(
+            self._send_early, answers, deadlines, record))
+        if ran is None or len(ran) == 1:
+            return ran[0] if ran else None
+        for this, after in zip(ran, (*ran[1:], None)):
+            step = this.step
+            record.batch(len(step.batch), 0, this.started_s,
+                         after.now_s if after is not None else self._clock(),
+                         step.estimated_ms, step.former, this.executor_s)
+        return ran
 
     def _end_at_once(self, call: DecodedCall) -> None:
         """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""

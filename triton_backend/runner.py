@@ -79,9 +79,7 @@ class Runner(LaunchFirst):
         # step fail after its batch was taken (proves nothing is stranded).
         self._loop_fault_token = loop_fault_token
         self._clock = clock
-        self.stopping = False
-        self.arrivals = 0
-        self.loop_errors = 0
+        self.stopping, self.arrivals, self.loop_errors = False, 0, 0
         self.log = StatsLog(model_name, self.scheduler)
         self._last_flush = self._last_histograms = 0.0
         self._flush_lock = threading.Lock()  # one metrics flush at a time
@@ -134,10 +132,9 @@ class Runner(LaunchFirst):
              decided: Ran | None = None) -> Ran:
         """Take one engine step, answer what it refused and run its batch (the scheduler
         thread; or intake hold's ``execute()`` with ``flush``: nothing arrives until that
-        call has answered its requests, so waiting for arrivals cannot pay);
-        ``while_running``: the caller's work while the batch is on the device;
-        ``decided``: the step ``decide_ahead`` took while the last batch ran (its
-        refusals answered), run now instead of deciding."""
+        call has answered its requests, so waiting cannot pay); ``while_running``: the
+        caller's work while the batch is on the device; ``decided``: the step
+        ``decide_ahead`` took while the last batch ran (its refusals answered), run now."""
         ran = decided if decided is not None else self._decide(None, flush)
         if not ran.step.batch:
             return ran
@@ -151,21 +148,19 @@ class Runner(LaunchFirst):
         return self._running
 
     def decide_ahead(self, end_s: float) -> Ran | None:
-        """Intake hold's next step, taken while a batch of its call is on the device,
-        at ``end_s`` (that batch's estimated end; nothing arrives during a hold call, so
-        only the clock differs from a step at the batch's end): the caller launches it
-        once the running batch returns (``step``'s ``decided``), and the device does not
-        wait for the decision. The running batch's end is heard by the engine before the
-        next decision after it; until then the busy time runs to ``end_s``. None where
-        the step took no batch (its refusals are answered)."""
+        """Intake hold's next step, taken while a batch of its call is on the device, at
+        ``end_s`` (its estimated end; nothing arrives during a hold call, so only the
+        clock differs): launched once the running batch returns (``step``'s ``decided``),
+        so the device does not wait for the decision. The engine hears the running
+        batch's end before the next decision after it; until then the busy time runs to
+        ``end_s``. None where the step took no batch (its refusals are answered)."""
         ran = self._decide(end_s, True)
         return ran if ran.step.batch else None
 
     def _decide(self, now: float | None, flush: bool) -> Ran:
-        """One engine step at ``now`` (None: the clock's, the last batch returned and its
-        end heard first; else a running batch's estimated end; never before the last
-        step's, which may have been taken ahead), its refusals answered; its batch not
-        run."""
+        """One engine step at ``now`` (None: the clock's, the last batch's end heard
+        first; else a running batch's estimated end; never before the last step's, which
+        may have been taken ahead), its refusals answered; its batch not run."""
         with self.cond:
             device_free = now is None
             now = max(self._clock() if device_free else now, self._decided_s)
@@ -193,21 +188,27 @@ class Runner(LaunchFirst):
         self.answers.refuse_each([(r.handle, f"{refusal_message(reason)}; {hint}")
                                   for r, reason in refused], "deadline_infeasible")
 
-    def take_whole(self, batch: list[QueuedRequest]) -> Ran | None:
-        """Intake hold's call as one batch, as handed over, where the engine takes it so
-        (``Engine.take_whole``); None: nothing ran, ``submit`` and ``step`` instead."""
+    def take_planned(self, batch: list[QueuedRequest],
+                     while_second: WhileRunning | None = None) -> list[Ran] | None:
+        """Intake hold's call as handed over, or as the decision's two batches known at
+        hand-over (``Engine.take_planned``), back to back (``while_second``: host work
+        beside the second); None: nothing ran, ``submit`` and ``step`` instead."""
         with self.cond:
             now = self._clock()
             sample, health = self.step_perception.read(now)
             self._hear_ended()
-            step = None if self.stopping else self.engine.take_whole(batch, now, sample)
-            if step is None:
+            steps = None if self.stopping else self.engine.take_planned(batch, now, sample)
+            if steps is None:
                 return None
             self.arrivals += len(batch)
-        self.log.zone_change(step.decision.zone, step.decision.mode,
-                             self.scheduler.formers[step.decision.mode].name, now)
-        started = self._run(step, now)
-        return Ran(now, step, self.arrivals, started, health, self.executor_s)
+        d = steps[0].decision
+        self.log.zone_change(d.zone, d.mode, self.scheduler.formers[d.mode].name, now)
+        ran = []
+        for i, step in enumerate(steps):  # the second's ``now``: when the first returned
+            started = self._run(step, now, while_second if i else None)
+            ran.append(Ran(now, step, self.arrivals, started, health, self.executor_s))
+            now = self._clock()
+        return ran
 
     def _run(self, step: Step, now: float, while_running: WhileRunning | None = None
              ) -> float:

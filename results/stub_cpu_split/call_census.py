@@ -36,7 +36,7 @@ cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm",
 
 PARTS = {  # module: the functions timed with --parts
     "triton_backend.hold_driver": ["read_launchable", "decode_call", "HoldDriver.execute"],
-    "triton_backend.runner": ["Runner._decide", "Runner.submit", "Runner.take_whole",
+    "triton_backend.runner": ["Runner._decide", "Runner.submit", "Runner.take_planned",
                               "Runner.launch_first", "Runner._launch_executor",
                               "Runner._observe", "Runner._builders"],
     "triton_backend.answers": ["CallList.returned"],

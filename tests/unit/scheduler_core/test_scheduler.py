@@ -597,6 +597,13 @@ hand_over = st.tuples(
 # reserved-capacity cap (2.0 ms) leaves the second request out; the taker must too.
 @example(name="t4", cost_mode="padded", control="shipped", history=[],
          call=([1, 58], [5.0] * 70, 0.0), slowdown=0.5)
+# h200_minilm's table refit by batches that ran at 3x their estimate: seven 1-token
+# requests split from one of 497 saves more than the fitted line's padding says; the
+# taker asks the table's own split (it took the batch whole at 47fcb2a).
+@example(name="h200_minilm", cost_mode="padded", control="shipped",
+         history=[([1] * 7 + [434], [10_000.0] * 70, 0.0),
+                  ([1] * 7 + [512], [10_000.0] * 70, 0.0)],
+         call=([1] * 7 + [497], [10_000.0] * 70, 0.0), slowdown=3.0)
 def test_a_hand_over_is_taken_as_handed_only_where_schedule_forms_it_whole(
         name, cost_mode, control, history, call, slowdown):
     """Twins in the same state: one takes the hand-over as handed, the other submits it
@@ -645,8 +652,9 @@ def test_in_the_danger_zone_a_hand_over_is_taken_only_where_the_emergency_policy
     _taken_only_where_formed_whole(name, cost_mode, "emergency", history, call, slowdown)
 
 
-def _taken_only_where_formed_whole(name, cost_mode, control, history, call, slowdown):
-    profile = _twin_profile(name, cost_mode, control)
+def _twins(profile, history, call, slowdown):
+    """Two schedulers that ran ``history`` (``_played``), the hand-over ``call`` as
+    requests, and the first's arrival rate before it."""
     history = [(lengths, slas[:len(lengths)], waited) for lengths, slas, waited in history]
     taker, now = _played(profile, history, slowdown)
     decider, _ = _played(profile, history, slowdown)
@@ -654,6 +662,12 @@ def _taken_only_where_formed_whole(name, cost_mode, control, history, call, slow
     batch = [QueuedRequest(1000 + k, n, now - waited_ms / 1000.0, sla)
              for k, (n, sla) in enumerate(zip(lengths, slas))]
     arrivals = taker.controller.arrivals.rate_rps(now)
+    return taker, decider, now, batch, arrivals
+
+
+def _taken_only_where_formed_whole(name, cost_mode, control, history, call, slowdown):
+    taker, decider, now, batch, arrivals = _twins(_twin_profile(name, cost_mode, control),
+                                                  history, call, slowdown)
 
     estimate = taker.takes_as_handed(now, batch)
     if estimate is not None:
@@ -669,6 +683,54 @@ def _taken_only_where_formed_whole(name, cost_mode, control, history, call, slow
     assert sorted(r.request_id for r in decision.batch) == [r.request_id for r in batch]
     assert estimate == pytest.approx(decision.estimated_ms)
     assert taker.controller.arrivals.rate_rps(now) == arrivals + len(batch) / taker.controller.arrivals.window_s
+    assert taker.late_share == decider.late_share
+
+
+# Hand-overs a split may pay for: mostly short, some long, up to a full batch.
+split_hand_over = st.tuples(
+    st.lists(st.one_of(st.integers(1, 64), st.integers(1, 64), st.integers(65, 512)),
+             min_size=2, max_size=64),
+    st.one_of(st.just([10_000.0] * 70),
+              st.lists(st.sampled_from([20.0, 50.0, 100.0, 200.0, 10_000.0]), min_size=70,
+                       max_size=70)),
+    st.one_of(st.floats(0.0, 5.0), st.floats(0.0, 60.0)))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["t4", "a100", "h200_minilm", "flat"]),
+       control=st.sampled_from(list(_CONTROLS)), history=st.lists(hand_over, max_size=4),
+       call=st.one_of(split_hand_over, hand_over), slowdown=st.sampled_from([0.5, 1.0, 3.0]))
+def test_a_hand_over_is_planned_at_hand_over_only_as_schedule_runs_it(
+        name, control, history, call, slowdown):
+    """Twins in the same state: one plans the hand-over at hand-over
+    (``takes_planned``), the other submits it and decides with flush, then decides again
+    at its first batch's estimated end (intake hold's decide-ahead). Where the first plans
+    it, the second forms those very batches, in that order, with the same estimates,
+    refusing none and leaving nothing queued, and both count the same arrivals and late
+    share; where it declines, it queued nothing and counted no arrival."""
+    taker, decider, now, batch, arrivals = _twins(_twin_profile(name, "padded", control),
+                                                  history, call, slowdown)
+
+    planned = taker.takes_planned(now, batch)
+    if planned is None:
+        assert taker.queue_depth == 0 and taker.controller.arrivals.rate_rps(now) == arrivals
+        return
+    first, first_ms, rest, rest_ms = planned
+    taker.batch_started(first, now)  # the caller runs what was taken: then it counts
+
+    for r in batch:
+        decider.submit(r, now)
+    decisions = [decide(decider, now, flush=True)]
+    if rest:
+        decider.batch_started(decisions[0].batch, now)
+        decisions.append(decide(decider, now + decisions[0].estimated_ms / 1000.0, flush=True))
+    for decision, (members, estimate) in zip(decisions, ((first, first_ms), (rest, rest_ms))):
+        assert not decision.rejected
+        assert sorted(r.request_id for r in decision.batch) == sorted(
+            r.request_id for r in members)
+        assert estimate == pytest.approx(decision.estimated_ms)
+    assert decider.queue_depth == 0 and len(first) + len(rest) == len(batch)
+    assert taker.controller.arrivals.rate_rps(now) == decider.controller.arrivals.rate_rps(now)
     assert taker.late_share == decider.late_share
 
 

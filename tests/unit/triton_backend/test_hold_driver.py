@@ -115,7 +115,7 @@ def test_a_timeout_shorter_than_the_sla_is_the_deadline(adapter, pb_utils):
     deadline (an answer after it reaches nobody), and served."""
     model = adapter.model("hold")
     seen = {}  # what either path (run as handed, or submitted) was given
-    for name in ("take_whole", "submit"):
+    for name in ("take_planned", "submit"):
         real = getattr(model.runner, name)
         setattr(model.runner, name, lambda queued, *args, _real=real: (
             seen.update((q.request_id, q.sla_ms) for q in queued), _real(queued, *args))[1])
