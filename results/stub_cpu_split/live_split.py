@@ -6,7 +6,8 @@ POLICY, default ``serve_late`` as ``make bench``'s closed loops run it) and nati
 with ``execute()`` wrapped to sum its own thread CPU (``time.thread_time``), on one
 EMULATED device (``benchmarks.hold_speed.DEVICES``); perf_analyzer, the bench mix, the
 closed loop at concurrency 64 (RATE unset) or Poisson at RATE req/s; the models
-rotated round by round. VARIANT=KEY=VALUE adds the plugin with that parameter too
+rotated round by round; each round's line ends with perf_analyzer's P50 and P99.
+VARIANT=KEY=VALUE adds the plugin with that parameter too
 (``x_variant``; with NO_FLUSH=1 its control metrics are never published); BASE=PATH
 adds the plugin as the checkout at PATH has it (``x_base``: its stub imports from PATH
 first). From the repository root:
@@ -104,4 +105,5 @@ with tempfile.TemporaryDirectory() as tmp:
                       f"{row.per_call or 0:.1f} requests a call; CPU us a request: main "
                       f"thread {main:.1f} (inside execute() {inside:.1f}, outside "
                       f"{main - inside:.1f}), other threads {others:.1f}; execute() CPU "
-                      f"{cpu * 1e3 / max(calls, 1):.2f} ms a call", flush=True)
+                      f"{cpu * 1e3 / max(calls, 1):.2f} ms a call; P50 {row.p50_ms:.1f} ms, "
+                      f"P99 {row.p99_ms:.1f} ms", flush=True)
