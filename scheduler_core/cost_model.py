@@ -105,11 +105,16 @@ class CostEstimator:
         self.last_split: tuple | None = None
 
     @property
+    def lookups_version(self) -> int:
+        """Counts the refits that moved the uncorrected estimates (``base_*``): a table's
+        ``version``; the formula's never move (0)."""
+        return self.table.version if self.table is not None else 0
+
+    @property
     def state(self) -> tuple:
         """What every estimate depends on besides its arguments: equal states give
-        equal estimates (a refit that moves a table's lookups bumps its ``version``)."""
-        return (self.table.version if self.table is not None else -1, self.correction,
-                self.time_scale, self.cost_mode)
+        equal estimates."""
+        return self.lookups_version, self.correction, self.time_scale, self.cost_mode
 
     @property
     def drift_ratio(self) -> float:
@@ -225,8 +230,7 @@ class LengthEstimates:
         return max(1, min(self.efficient_size, self.max_batch_tokens // n))
 
     def __call__(self, n: int) -> tuple[float, float]:
-        table = self.estimator.table
-        version = table.version if table is not None else 0
+        version = self.estimator.lookups_version
         memo = self._memo
         if version != self._version or len(memo) >= ESTIMATES_MEMO_LIMIT:
             memo.clear()

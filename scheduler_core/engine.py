@@ -37,8 +37,8 @@ from .contract import BatchDecision, BatchingPolicy, QueueFull, Reason, decide, 
 from .request import QueuedRequest, Served
 
 # The reason a step names when a hand-over runs whole, as Triton's batcher handed it over
-# (``Engine.take_whole``), and its former; a former's name elsewhere (a planned split's
-# batches too: ``Engine.take_planned``).
+# (``Engine.take_planned``), and its former; a former's name elsewhere (a planned split's
+# batches too).
 AS_HANDED = "as_handed"
 
 
@@ -121,24 +121,14 @@ class Engine:
         decision = decide(self.policy, now_s, flush)
         return Step(decision.batch, decision.rejected, wake_time(decision, now_s), decision)
 
-    def take_whole(self, batch: Sequence[QueuedRequest], now_s: float,
-                   sample: Perceived | None = None) -> Step | None:
-        """A hand-over the caller holds, as one batch, where the policy says that is the
-        batch it would form from it anyway (``Scheduler.takes_as_handed``): a step to run
-        and bracket like any other (``started`` / ``finished``); None: nothing was taken,
-        ``submit`` and ``step`` instead. A policy without that rule takes none."""
-        takes = getattr(self.policy, "takes_as_handed", None)
-        if takes is None or not batch:
-            return None
-        self.perceive(sample)
-        return self._as_handed(batch, takes(now_s, batch))
-
     def take_planned(self, batch: Sequence[QueuedRequest], now_s: float,
                      sample: Perceived | None = None) -> list[Step] | None:
-        """``take_whole``, or the two steps the policy's decision would run one after the
-        other, known at hand-over (``Scheduler.takes_planned``): steps to run in order and
-        bracket like any other; None: nothing was taken, ``submit`` and ``step``
-        instead."""
+        """A hand-over the caller holds, as one batch, where the policy says that is the
+        batch it would form from it anyway, or as the two batches its decision would run
+        one after the other, known at hand-over (``Scheduler.takes_planned``): steps to
+        run in order and bracket like any other (``started`` / ``finished``); None:
+        nothing was taken, ``submit`` and ``step`` instead. A policy without that rule
+        takes none."""
         takes = getattr(self.policy, "takes_planned", None)
         if takes is None or not batch:
             return None
@@ -154,11 +144,11 @@ class Engine:
 
     def launches(self, now_s: float, lengths: Sequence[int], arrival_s: float
                  ) -> float | None:
-        """``take_whole`` before the hand-over's SLAs are read, from its ``lengths`` (all
-        arrived at ``arrival_s``; ``Scheduler.launches_as_handed``): the batch's estimate
-        (ms) where the caller launches it at once, then reports it with the members' SLAs
-        (``launched_step``, ``took_launched``); None: nothing changed. A policy without
-        that rule launches none."""
+        """``take_planned``'s whole batch before the hand-over's SLAs are read, from its
+        ``lengths`` (all arrived at ``arrival_s``; ``Scheduler.launches_as_handed``): the
+        batch's estimate (ms) where the caller launches it at once, then reports it with
+        the members' SLAs (``launched_step``, ``took_launched``); None: nothing changed. A
+        policy without that rule launches none."""
         rule = getattr(self.policy, "launches_as_handed", None)
         return None if rule is None or not lengths else rule(now_s, lengths, arrival_s)
 

@@ -54,7 +54,7 @@ class LengthAwareFormer:
         est = self.estimator
         # Kept by length while the lookups stay as they are (the danger zone's as-handed
         # check asks it of every distinct length of every hand-over).
-        version = est.table.version if est.table is not None else 0
+        version = est.lookups_version
         if version != self._pays_version:
             self._pays, self._pays_version = {}, version
         pays = self._pays.get(seed_len)

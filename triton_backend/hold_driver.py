@@ -151,6 +151,7 @@ class HoldDriver:
         tickets = [Ticket(r, answers, slot=i, earliest_s=earliest)
                    for i, r in enumerate(requests)]
         whole = call = None
+        planned = False  # run by ``_take_planned``, its batches recorded
         if launched is not None:
             record.decoded_s, record.launched_first = read_s, True
             whole, call = self._run_launched(requests, tickets, read[0], arrival, now, launched)
@@ -161,13 +162,13 @@ class HoldDriver:
             record.decoded_s = self._clock()
             self._end_at_once(call)
             if call.queued:
-                whole = self._take_planned(answers, call.queued, record)
+                planned = self._take_planned(answers, call.queued, record)
         call = call or DecodedCall()  # None: its step failed before it decoded
         queued = call.queued
-        if isinstance(whole, Ran):  # one batch, as Triton handed it over
+        if whole is not None:  # launched first: one batch, as Triton handed it over
             record.batch(len(queued), 0, whole.started_s, self._clock(),
                          whole.step.estimated_ms, AS_HANDED, whole.executor_s)
-        elif whole is None and queued:
+        elif queued and not planned:
             runner.submit(queued, now)
             self._run(answers, queued, record, self._budget_sla_ms(queued))
         # Built before the call's end is taken: building the responses is the call's work
@@ -203,21 +204,22 @@ class HoldDriver:
         return ran, (decoded[0] if decoded and ran is not None else None)
 
     def _take_planned(self, answers: CallList, queued: list[QueuedRequest],
-                      record: CallRecord) -> Ran | list[Ran] | None:
-        """The call as handed over (its ``Ran``), or as the decision's two batches known at
-        hand-over, recorded here, the first's answers sent early while the second runs
-        where that pays (``_send_early``); None: neither (``submit`` and ``_run``)."""
+                      record: CallRecord) -> bool:
+        """Run the call as handed over, or as the decision's two batches known at
+        hand-over (``Runner.take_planned``), the first's answers sent early while the
+        second runs where that pays (``_send_early``), and record its batches; False:
+        neither ran (``submit`` and ``_run``)."""
         deadlines = {q.handle.slot: q.deadline_s for q in queued}
         ran = self.runner.take_planned(queued, functools.partial(
             self._send_early, answers, deadlines, record))
-        if ran is None or len(ran) == 1:
-            return ran[0] if ran else None
+        if ran is None:
+            return False
         for this, after in zip(ran, (*ran[1:], None)):
             step = this.step
             record.batch(len(step.batch), 0, this.started_s,
                          after.now_s if after is not None else self._clock(),
                          step.estimated_ms, step.former, this.executor_s)
-        return ran
+        return True
 
     def _end_at_once(self, call: DecodedCall) -> None:
         """Answer what the decoded ``call`` ends at once, and watch its client timeouts."""

@@ -9,7 +9,7 @@ from scheduler_core.engine import AS_HANDED
 from scheduler_core.contract import FORMER_NAMES
 
 # formed_batches_total's former labels: the formers a profile can name, and intake hold's
-# batch run as Triton handed it over (Engine.take_whole).
+# batch run as Triton handed it over (Engine.take_planned).
 FORMED_BY = (*FORMER_NAMES, AS_HANDED)
 
 PREFIX = "explicit_batching_"

@@ -154,12 +154,12 @@ def test_a_quiet_hand_over_is_taken_whole_as_one_step_and_a_baseline_takes_none(
     engine = Engine(Scheduler.from_profile(t4()))
     batch = [QueuedRequest(k, 16, 9.999, 10_000.0) for k in range(4)]
 
-    step = engine.take_whole(batch, 10.0)
+    [step] = engine.take_planned(batch, 10.0)
 
     assert step is not None and step.batch == tuple(batch) and not step.refused
     assert step.former == AS_HANDED and step.estimated_ms > 0 and step.wake_at_s is None
-    assert Engine(NativeBatcher(max_batch_size=8)).take_whole(batch, 10.0) is None
-    assert engine.take_whole([], 10.0) is None
+    assert Engine(NativeBatcher(max_batch_size=8)).take_planned(batch, 10.0) is None
+    assert engine.take_planned([], 10.0) is None
 
 
 def test_a_launched_hand_over_is_reported_in_one_entry_as_a_taken_one_is_in_two():
@@ -170,14 +170,14 @@ def test_a_launched_hand_over_is_reported_in_one_entry_as_a_taken_one_is_in_two(
     launcher, taker = Engine(Scheduler.from_profile(t4())), Engine(Scheduler.from_profile(t4()))
     first = [QueuedRequest(k, 16, 9.0, 10_000.0) for k in range(3)]
     for engine in (launcher, taker):  # the floor: an SLA heard before
-        engine.started(engine.take_whole(first, 9.0).batch, 9.0)
+        engine.started(engine.take_planned(first, 9.0)[0].batch, 9.0)
         engine.ended(9.01)
     batch = [QueuedRequest(10 + k, 16, 9.999, 5_000.0) for k in range(4)]
 
     estimate = launcher.launches(10.0, [r.seq_len for r in batch], 9.999)
     step = launcher.launched_step(batch, estimate)
     launcher.took_launched(step, 10.0, 10.002)
-    taken = taker.take_whole(batch, 10.0)
+    [taken] = taker.take_planned(batch, 10.0)
     taker.started(taken.batch, 10.002)
 
     assert step.batch == taken.batch and step.former == taken.former == AS_HANDED
