@@ -198,6 +198,7 @@ class RefitTable:
         self._ms = [list(r) for r in seed.ms]
         self._memo: dict[tuple[float, float], float] = {}
         self.version = 0  # counts the refits that moved the lookups
+        self._least: tuple[int, float] | None = None  # (version, ``least_ms``)
         # Each axis's ``_segment`` of every whole number up to twice its last point: a
         # lookup there searches no axis (the refit moves the cells, never the axes).
         self._on_b = _segments_of(seed.batch_sizes)
@@ -222,6 +223,15 @@ class RefitTable:
         seed = self.seed
         return (self._on_b.get(batch_size) or _segment(seed.batch_sizes, batch_size),
                 self._on_n.get(length) or _segment(seed.lengths, length))
+
+    def least_ms(self) -> float:
+        """No lookup answers less, to within rounding: the smallest cell the lookups use.
+        Inside the grid a lookup is a weighted mean of cells, below it an edge cell, past
+        it never below the last cell on each axis (``_bilinear``). Kept per ``version``."""
+        least = self._least
+        if least is None or least[0] != self.version:
+            least = self._least = (self.version, min(map(min, self._ms)))
+        return least[1]
 
     def lookup_grid_ms(self, lengths: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
         """``lookup_ms`` for every (length, batch size) pair: rows are ``lengths``,

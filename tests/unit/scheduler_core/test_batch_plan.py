@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core.batch_plan import cheapest_plan, cheapest_split_ms, padded_costs_ms
@@ -23,6 +23,10 @@ from scheduler_core.scheduler import Scheduler
 
 H200_ROWS = ((1, 16, 2.324), (8, 16, 3.969), (64, 16, 3.908), (1, 128, 3.891), (64, 128, 6.64),
              (8, 512, 4.565), (32, 512, 14.29), (64, 512, 25.706))
+
+# Every corner 1 ms but the largest batch of the longest: ten requests of 100 tokens and
+# one of 512 cost 2.25 ms split, 2.43 ms whole: a split that pays below 3x the least cell.
+STEEP_ROWS = ((1, 1, 1.0), (64, 1, 1.0), (1, 512, 1.0), (64, 512, 10.0))
 
 lengths_st = st.lists(st.integers(1, 600), min_size=1, max_size=90)
 observations = st.lists(st.tuples(st.integers(1, 80), st.integers(1, 700), st.floats(0.5, 40.0)),
@@ -155,27 +159,53 @@ def test_a_plan_that_would_make_someone_late_is_left_to_the_scan():
     assert late == 0
 
 
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(obs=observations, ns=st.lists(st.integers(1, 2000), min_size=1, max_size=20),
+       bs=st.lists(st.integers(1, 130), min_size=1, max_size=20))
+def test_no_lookup_is_below_the_least_cell(obs, ns, bs):
+    """Inside, below and past the grid, after any refits: no lookup answers less than
+    ``least_ms`` (to within rounding), the floor ``cheapest_split_ms`` prices a split
+    with before it scans."""
+    est = CostEstimator(CostModelConfig(table=H200_ROWS), time_scale=0.5)
+    for b, n, ms in obs:
+        est.observe([n] * b, ms)
+    least = est.least_ms()
+    assert least == min(map(min, est.table.table().ms)) * 0.5
+    assert min(est.estimate_parts_ms(b, n, 0, 0) for b in bs for n in ns) >= least * (1 - 1e-12)
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(lengths=st.lists(st.integers(1, 600), min_size=1, max_size=40),
-       host_ms=st.sampled_from([0.0, 0.3]))
+       host_ms=st.sampled_from([0.0, 0.3]), obs=observations,
+       rows=st.sampled_from([None, H200_ROWS, STEEP_ROWS]))
+@example(lengths=[100] * 10 + [512], host_ms=0.0, obs=[], rows=STEEP_ROWS)
 def test_the_cheapest_split_in_two_is_the_cheapest_prefix_split_found_by_trying_each(
-        lengths, host_ms):
+        lengths, host_ms, obs, rows):
     """``cheapest_split_ms`` against every prefix of the sorted lengths tried: it returns the
-    cheapest two-batch split below the whole batch's estimate, or None where none is."""
-    est = CostEstimator(CostModelConfig(fixed_ms=1.2, per_sequence_ms=0.02, per_token_ms=0.0065,
-                                        per_token_squared_ms=0.0000014), "padded", 8.0)
+    cheapest two-batch split below the whole batch's estimate, or None where none is; on a
+    formula and on measured tables after any refits (its floor, ``least_ms``, skips the
+    scan only where no split can pay: on STEEP_ROWS a split pays just above the floor)."""
+    formula = CostModelConfig(fixed_ms=1.2, per_sequence_ms=0.02, per_token_ms=0.0065,
+                              per_token_squared_ms=0.0000014)
+    est = (CostEstimator(formula, "padded", 8.0) if rows is None
+           else CostEstimator(CostModelConfig(table=rows), "padded", 0.5))
+    for b, n, ms in obs if rows else ():
+        est.observe([n] * b, ms)
     lengths = sorted(lengths)
     n, longest, max_tokens = len(lengths), lengths[-1], 8192
     whole_ms = est.estimate_parts_ms(n, longest, sum(lengths), sum(x * x for x in lengths))
-    tried = [(est.estimate_parts_ms(k, lengths[k - 1], 0, 0)
-              + est.estimate_parts_ms(n - k, longest, 0, 0) + host_ms, k)
+    first_ms = {k: est.estimate_parts_ms(k, lengths[k - 1], 0, 0) for k in range(1, n)}
+    tried = [(first_ms[k] + est.estimate_parts_ms(n - k, longest, 0, 0) + host_ms, k)
              for k in range(1, n) if lengths[k - 1] < lengths[k]
              and k * lengths[k - 1] <= max_tokens and (n - k) * longest <= max_tokens]
-    cheaper = [t for t in tried if t[0] < whole_ms * (1.0 - 1e-9)]
-    split = cheapest_split_ms(est, lengths, whole_ms, host_ms, max_tokens)
-    if not cheaper:
-        assert split is None
-    else:
-        k, first_ms, rest_ms = split
-        assert first_ms + rest_ms + host_ms == pytest.approx(min(cheaper)[0])
+    for cap_ms in (math.inf, est.estimate_parts_ms(1, longest, 0, 0)):
+        cheaper = [t for t in tried
+                   if t[0] < whole_ms * (1.0 - 1e-9) and first_ms[t[1]] <= cap_ms]
+        split = cheapest_split_ms(est, lengths, whole_ms, host_ms, max_tokens, cap_ms)
+        if not cheaper:
+            assert split is None
+            continue
+        # The first of the cheapest, float for float (a table's scan looks up in one pass).
+        k = next(k for total, k in cheaper if total == min(cheaper)[0])
+        assert split == (k, first_ms[k], est.estimate_parts_ms(n - k, longest, 0, 0))
         assert lengths[k - 1] < lengths[k]
