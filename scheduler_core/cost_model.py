@@ -10,9 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Collection, Sequence
-
-import numpy as np
+from typing import Sequence
 
 from .cost_table import CostTable, RefitTable
 from .profile import CostModelConfig
@@ -241,8 +239,6 @@ class LengthEstimates:
         self.efficient_size, self.max_batch_tokens = efficient_size, max_batch_tokens
         self._memo: dict[int, tuple[float, float]] = {}
         self._version = 0
-        self._alone: list[float] = []  # a table's run-alone estimate by length (longest_alone)
-        self._alone_version = -1
 
     def efficient_batch(self, n: int) -> int:
         """How many ``n``-token requests make an efficient batch."""
@@ -259,20 +255,3 @@ class LengthEstimates:
             base = self.estimator.base_uniform_ms
             both = memo[n] = (base(1, n), base(self.efficient_batch(n), n))
         return both
-
-    def longest_alone(self, lengths: Collection[int]) -> float:
-        """The largest run-alone estimate (``self(n)[0]``) among ``lengths``. On a table,
-        from one grid lookup of every length per refit that moves the cells (the same
-        floats, ``RefitTable.lookup_grid_ms``): the danger zone's as-handed check asks it
-        of every distinct length of every hand-over, and they are mostly new since the
-        last refit."""
-        est = self.estimator
-        if est.table is None:
-            return max(self(n)[0] for n in lengths)
-        alone, top = self._alone, max(lengths)
-        if self._alone_version != est.lookups_version or top >= len(alone):
-            every = np.arange(max(1024, 2 * top), dtype=np.float64)
-            alone = self._alone = (est.table.lookup_grid_ms(every, np.ones(1))[:, 0]
-                                   * est.time_scale).tolist()
-            self._alone_version = est.lookups_version
-        return max(map(alone.__getitem__, lengths))

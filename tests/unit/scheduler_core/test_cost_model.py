@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
-from scheduler_core.cost_model import (BatchShape, CostEstimator, LengthEstimates, batch_shape,
-                                       formula_ms)
+from scheduler_core.cost_model import BatchShape, CostEstimator, batch_shape, formula_ms
 from scheduler_core.profile import CostModelConfig
 
 # All coefficients are powers of two so the expected values are exact.
@@ -143,28 +142,3 @@ def test_estimator_repr_mentions_state():
     est = CostEstimator(CFG, cost_mode="ragged", time_scale=2.0)
     text = repr(est)
     assert "mode=ragged" in text and "correction=1.000" in text and "batches=0" in text
-
-
-H200_ROWS = ((1, 16, 2.324), (8, 16, 3.969), (64, 16, 3.908), (1, 128, 3.891), (64, 128, 6.64),
-             (8, 512, 4.565), (32, 512, 14.29), (64, 512, 25.706))
-
-
-@settings(max_examples=120, deadline=None, derandomize=True)
-@given(obs=st.lists(st.tuples(st.integers(1, 80), st.integers(1, 700), st.floats(0.5, 40.0)),
-                    max_size=12),
-       asks=st.lists(st.sets(st.integers(1, 3000), min_size=1, max_size=40), min_size=1,
-                     max_size=4),
-       table=st.booleans(), mode=st.sampled_from(["padded", "ragged"]))
-def test_the_longest_run_alone_is_the_largest_of_each_lengths_estimate(obs, asks, table, mode):
-    """``LengthEstimates.longest_alone`` (a table's from one grid lookup per refit) is the
-    largest of the lengths' own run-alone estimates, float for float, between refits and
-    after them, on a table and on the formula."""
-    cfg = (CostModelConfig(table=H200_ROWS) if table else
-           CostModelConfig(fixed_ms=1.2, per_sequence_ms=0.02, per_token_ms=0.0065))
-    est = CostEstimator(cfg, mode, time_scale=0.7)
-    estimates = LengthEstimates(est, efficient_size=16, max_batch_tokens=32768)
-    for i, lengths in enumerate(asks):
-        assert estimates.longest_alone(lengths) == max(
-            est.base_uniform_ms(1, n) for n in lengths)
-        for b, n, ms in obs[i::len(asks)]:
-            est.observe([n] * b, ms)
