@@ -96,8 +96,7 @@ def cheapest_split_ms(estimator: CostEstimator, lengths: Sequence[int], whole_ms
 
     Where two of the cheapest batch there can be (``CostEstimator.least_ms``) and one
     batch's host time cost at least the whole, no split is cheaper and nothing is
-    scanned: on a launch-bound device, most small hand-overs (a host-bound call of 11
-    asked it in 7 % of calls, not in every one: results/split_floor/)."""
+    scanned: on a launch-bound device, most small hand-overs (results/split_floor/)."""
     if 2.0 * estimator.least_ms() * (1.0 - 1e-9) + host_ms >= whole_ms * (1.0 - 1e-9):
         return None
     key = (tuple(lengths), whole_ms, host_ms, max_tokens, estimator.state)

@@ -153,13 +153,13 @@ class CostEstimator:
         table's smallest cell (``RefitTable.least_ms``), or the formula's one sequence of
         no tokens (each term grows with the batch; a hand-built config with a negative
         coefficient has no floor)."""
+        cfg = self.cfg
         if self.table is not None:
             base = self.table.least_ms()
+        elif min(cfg.per_sequence_ms, cfg.per_token_ms, cfg.per_token_squared_ms) < 0:
+            return -math.inf
         else:
-            cfg = self.cfg
             base = cfg.fixed_ms + cfg.per_sequence_ms
-            if min(cfg.per_token_ms, cfg.per_token_squared_ms, cfg.per_sequence_ms) < 0:
-                return -math.inf
         return base * self.time_scale * self.correction
 
     def batch_overhead_ms(self) -> float:

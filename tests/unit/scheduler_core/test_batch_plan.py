@@ -205,7 +205,7 @@ def test_the_cheapest_split_in_two_is_the_cheapest_prefix_split_found_by_trying_
         if not cheaper:
             assert split is None
             continue
-        # The first of the cheapest, float for float (a table's scan looks up in one pass).
+        # The first of the cheapest, float for float, as the scan keeps it.
         k = next(k for total, k in cheaper if total == min(cheaper)[0])
         assert split == (k, first_ms[k], est.estimate_parts_ms(n - k, longest, 0, 0))
         assert lengths[k - 1] < lengths[k]
