@@ -103,8 +103,8 @@ def rotation_targets(run: dict, scope: str, add: Callable[..., None]) -> None:
 
 
 def rotation_markdown(holder: dict) -> list[str]:
-    """A run's (or the host-bound run's) rounds, one line each: the peaks' throughput and
-    stub CPU, and the CPU row's, explicit against native."""
+    """A run's (or the host-bound run's) rounds, one line each: the peaks' throughput,
+    stub CPU and requests a call, and the CPU row's, explicit against native."""
     lines = []
     for i, r in enumerate(holder.get("peak_rounds") or [], 1):
         e, n = r.get("explicit") or {}, r.get("native") or {}
@@ -112,7 +112,9 @@ def rotation_markdown(holder: dict) -> list[str]:
             f"- peak round {i}: explicit {fmt_num(_value(e, 'throughput_rps'), '{:.0f}')} vs "
             f"native {fmt_num(_value(n, 'throughput_rps'), '{:.0f}')} req/s, stub CPU "
             f"{fmt_num(_value(e, 'stub_cpu_us_per_request'), '{:.0f}')} vs "
-            f"{fmt_num(_value(n, 'stub_cpu_us_per_request'), '{:.0f}')} us a request")
+            f"{fmt_num(_value(n, 'stub_cpu_us_per_request'), '{:.0f}')} us a request, "
+            f"{fmt_num(_value(e, 'requests_per_call'), '{:.1f}')} vs "
+            f"{fmt_num(_value(n, 'requests_per_call'), '{:.1f}')} requests a call")
     for i, r in enumerate(holder.get("cpu_rounds") or [], 1):
         lines.append(f"- {CPU_LOAD:g}x round {i}: stub CPU "
                      f"{fmt_num(r.get('explicit'), '{:.0f}')} vs "

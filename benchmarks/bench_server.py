@@ -211,27 +211,34 @@ class Bench:
         """Requests ``model`` answered successfully: Triton's count (statistics API) less
         the plugin's own wake requests (intake hold; Triton counts them too). The plugin
         publishes its counters every control period (0.1 s): wait WAKE_COUNT_SETTLE_S."""
+        return self.counts(model)[0]
+
+    def counts(self, model: str) -> tuple[int | None, int | None]:
+        """(``success_count``, Triton's count of ``model``'s ``execute()`` calls); None
+        where the server did not answer."""
         import tritonclient.http as httpclient  # noqa: PLC0415
         time.sleep(WAKE_COUNT_SETTLE_S)
         client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=30.0)
         try:
-            stats = client.get_inference_statistics(model)
+            stats = client.get_inference_statistics(model).get("model_stats", [])
             wakes = model_sample_sum(fetch_url(self.server.metrics_url, 30.0),
                                      WAKE_REQUESTS_METRIC, model)
-            return sum(int(m["inference_stats"]["success"]["count"])
-                       for m in stats.get("model_stats", [])) - int(wakes)
+            return (sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
+                    - int(wakes), sum(int(m["execution_count"]) for m in stats))
         except Exception:  # noqa: BLE001 - a missing figure only blanks one cell
-            return None
+            return None, None
         finally:
             client.close()
 
     def closed_loop_peak(self, model: str, input_data: str, measure_ms: int) -> dict:
         """perf_analyzer closed loop (gRPC, ``PEAK_CONCURRENCY`` in flight) on ``input_data``:
-        throughput, P50/P99, and the stub's CPU per request answered during the whole run
-        (warm-up included; Triton's success count). ``error`` when perf_analyzer failed."""
+        throughput, P50/P99, and the stub's CPU per request answered and the requests per
+        ``execute()`` call during the whole run (warm-up included; Triton's counts: on a
+        host-bound loop the call size has two regimes, and the rate follows it,
+        results/machine_split/). ``error`` when perf_analyzer failed."""
         self._queue_idle(model)
         stub = find_stub(self.server.process.pid, model)
-        n0, c0 = self.success_count(model), cpu_s(stub)
+        (n0, x0), c0 = self.counts(model), cpu_s(stub)
         try:
             r = run_request_rate(self.server.grpc_url, model, input_data, 0, measure_ms,
                                  protocol="grpc", extra=PEAK_EXTRA, timeout_s=180,
@@ -239,12 +246,15 @@ class Bench:
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]
             return {"error": " / ".join(lines[-2:])[:300] or repr(exc)}
-        n1, c1 = self.success_count(model), cpu_s(stub)
+        (n1, x1), c1 = self.counts(model), cpu_s(stub)
         answered = None if None in (n0, n1) else n1 - n0
         cpu_us = (None if None in (c0, c1) or not answered else (c1 - c0) * 1e6 / answered)
+        per_call = (None if None in (x0, x1) or not answered or x1 <= x0
+                    else answered / (x1 - x0))
         self.segments += 1
         return {"throughput_rps": r.throughput, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
                 "requests": answered, "stub_cpu_us_per_request": cpu_us,
+                "requests_per_call": per_call,
                 "concurrency": PEAK_CONCURRENCY, "error": None}
 
 # -- simulation ---------------------------------------------------------------------------

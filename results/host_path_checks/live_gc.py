@@ -14,8 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
-from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
+from benchmarks.hold_speed import measure, wrapped_beside_native  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
 # Appended to each model.py: the functions of _SPECS wrapped to sum their own thread CPU,
@@ -53,16 +52,7 @@ class TritonPythonModel(_Model):
 '''
 device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 with tempfile.TemporaryDirectory() as tmp:
-    repo = os.path.join(tmp, "repo")
-    os.makedirs(repo)
-    build_repo(repo, [], device=device)
-    add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name="x_new")
-    models = ["x_new", NATIVE]
-    for m in models:
-        with open(os.path.join(repo, m, "1", "model.py"), "a") as fh:
-            fh.write(WRAP.replace("FOLDER", repr(tmp)))
-    data = {m: write_input_data(os.path.join(tmp, m + ".data.json"),
-            mix_entries(None if m == NATIVE else SLA_CLASSES_MS, 2000)) for m in models}
+    repo, models, data = wrapped_beside_native(tmp, device, WRAP)
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
         for m in models:
             measure(server, m, data[m], 300, 0.0, 1500)

@@ -9,12 +9,14 @@ from benchmarks.bench_setup import EXPLICIT, NATIVE
 from operator_tools.benchmark_mode import POLICY_KEY, SERVE_LATE
 
 
-def peak(rps, cpu=None, error=None):
-    return {"throughput_rps": rps, "stub_cpu_us_per_request": cpu, "error": error}
+def peak(rps, cpu=None, error=None, per_call=None):
+    return {"throughput_rps": rps, "stub_cpu_us_per_request": cpu, "error": error,
+            "requests_per_call": per_call}
 
 
-def rnd(e, n, ecpu=None, ncpu=None):
-    return {"explicit": peak(e, ecpu), "native": peak(n, ncpu)}
+def rnd(e, n, ecpu=None, ncpu=None, e_call=None, n_call=None):
+    return {"explicit": peak(e, ecpu, per_call=e_call),
+            "native": peak(n, ncpu, per_call=n_call)}
 
 
 def verdicts(run):
@@ -108,9 +110,9 @@ def test_rotated_peaks_restore_explicit_when_a_round_fails():
 
 
 def test_rounds_render_one_line_each():
-    lines = R.rotation_markdown({"peak_rounds": [rnd(90, 100, 130.0, None)],
+    lines = R.rotation_markdown({"peak_rounds": [rnd(90, 100, 130.0, None, 21.5, 4.3)],
                                  "cpu_rounds": [{"explicit": 150.0, "native": 100.0}]})
-    assert "- peak round 1: explicit 90 vs native 100 req/s, stub CPU 130 vs - us a request" \
-        in lines
+    assert ("- peak round 1: explicit 90 vs native 100 req/s, stub CPU 130 vs - us a request, "
+            "21.5 vs 4.3 requests a call") in lines
     assert "- 0.8x round 1: stub CPU 150 vs 100 us a request" in lines
     assert R.rotation_markdown({}) == []
