@@ -75,6 +75,24 @@ def calls(n_calls: int, per_call: int, with_sla: bool) -> list[list]:
     return out
 
 
+def thread_timed(owner, name: str, spent: dict, label: str | None = None) -> None:
+    """Wrap ``owner.name`` (a class's method or a module's function) so each call adds its
+    own thread CPU (s) and one call to ``spent[label or name]``, a ``[seconds, calls]``
+    row (``spent`` a ``defaultdict(lambda: [0.0, 0])``): the experiments' per-part
+    timing."""
+    inner, key = getattr(owner, name), label or name
+
+    def wrapper(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            row = spent[key]
+            row[0] += time.thread_time() - start
+            row[1] += 1
+    setattr(owner, name, wrapper)
+
+
 def measure(model, work: list[list], profile: bool, evict: np.ndarray | None = None) -> float:
     """CPU microseconds per request over ``work``; with ``evict``, the array is read
     between calls (not counted), so each call starts with the caches holding something

@@ -147,27 +147,6 @@ def build_repo(repo: str, hand_overs: list[int], native_policy: bool = False,
     return [*models, NATIVE]
 
 
-def wrapped_beside_native(tmp: str, device: str, wrapper: str,
-                          model: str = "x_new") -> tuple[str, list[str], dict[str, str]]:
-    """A live experiment's repository in ``tmp``: the shipped plugin as ``model``
-    (``serve_late``, as ``make bench``'s closed loops run it) beside native on ``device``,
-    ``wrapper`` appended to each one's ``model.py`` (its ``FOLDER`` replaced by ``tmp``: where
-    it writes what it measured). Returns (the repository, the models, each one's
-    perf_analyzer input data: the mix, with the SLA classes for the plugin)."""
-    repo = os.path.join(tmp, "repo")
-    os.makedirs(repo)
-    build_repo(repo, [], device=device)
-    add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name=model)
-    models = [model, NATIVE]
-    for m in models:
-        with open(os.path.join(repo, m, "1", "model.py"), "a") as fh:
-            fh.write(wrapper.replace("FOLDER", repr(tmp)))
-    data = {m: write_input_data(os.path.join(tmp, m + ".data.json"),
-                                mix_entries(None if m == NATIVE else SLA_CLASSES_MS,
-                                            DATA_ENTRIES)) for m in models}
-    return repo, models, data
-
-
 @contextlib.contextmanager
 def shipped_beside_native(tmp: str, device: str = "flat", time_scale: float | None = None,
                           also: Callable[[str], str] | None = None):

@@ -8,14 +8,11 @@ alternated (``../stub_cpu_split/live_phases.py`` with another wrapper). GC_FREEZ
 
     .venv/bin/python results/host_path_checks/live_gc.py DEVICE MS ROUNDS RATE
 """
-import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.hold_speed import measure, wrapped_beside_native  # noqa: E402
-from server_ops.launcher import TritonServer  # noqa: E402
+from benchmarks.live_probe import alternated_sums  # noqa: E402
 
 # Appended to each model.py: the functions of _SPECS wrapped to sum their own thread CPU,
 # and execute()'s, written every 100 calls.
@@ -51,32 +48,8 @@ class TritonPythonModel(_Model):
                              "counts": _gc.get_count()}, fh)
 '''
 device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-with tempfile.TemporaryDirectory() as tmp:
-    repo, models, data = wrapped_beside_native(tmp, device, WRAP)
-    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-        for m in models:
-            measure(server, m, data[m], 300, 0.0, 1500)
-        base = {}
-        for m in models:  # the warm-up's sums, taken off the rounds'
-            try:
-                with open(os.path.join(tmp, m + ".phases.json")) as fh:
-                    base[m] = json.load(fh)
-            except OSError:
-                base[m] = {"calls": 0, "requests": 0, "exec_ns": 0, "gc": {}}
-        for r in range(rounds):
-            for m in (models if r % 2 == 0 else models[::-1]):
-                row = measure(server, m, data[m], rate, 0.8, ms,
-                              concurrency=64 if rate == 0 else 0)
-                print(f"round {r} {m}: {row.throughput} req/s, {row.per_call:.1f}/call, "
-                      f"stub {row.stub_us:.1f} us/req", flush=True)
-    for m in models:
-        with open(os.path.join(tmp, m + ".phases.json")) as fh:
-            d = json.load(fh)
-        b = base[m]
-        req, calls = d["requests"] - b["requests"], d["calls"] - b["calls"]
-        print(f"== {m}: {calls} calls {req} req ({req / calls:.1f}/call); execute "
-              f"{(d['exec_ns'] - b['exec_ns']) / req / 1000:.1f} us/req")
-        for g, (c, s, col) in sorted(d["gc"].items()):
-            c0, s0, col0 = b.get("gc", {}).get(g, [0, 0.0, 0])
-            print(f"   gen{g}: {c - c0} collections, {(s - s0) * 1e6 / req:.2f} us/req, "
-                  f"{(s - s0) * 1e6 / max(c - c0, 1):.0f} us each, collected {col - col0}")
+for m, d, b, req in alternated_sums(device, WRAP, ms, rounds, rate, "gc"):
+    for g, (c, s, col) in sorted(d["gc"].items()):
+        c0, s0, col0 = b.get("gc", {}).get(g, [0, 0.0, 0])
+        print(f"   gen{g}: {c - c0} collections, {(s - s0) * 1e6 / req:.2f} us/req, "
+              f"{(s - s0) * 1e6 / max(c - c0, 1):.0f} us each, collected {col - col0}")

@@ -9,14 +9,11 @@ repository root:
 
     .venv/bin/python results/host_path_checks/live_responses.py DEVICE MS ROUNDS RATE
 """
-import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.hold_speed import measure, wrapped_beside_native  # noqa: E402
-from server_ops.launcher import TritonServer  # noqa: E402
+from benchmarks.live_probe import alternated_sums  # noqa: E402
 
 # Appended to each model.py: the functions of _SPECS wrapped to sum their own thread CPU,
 # and execute()'s, written every 100 calls.
@@ -67,32 +64,8 @@ class TritonPythonModel(_Model):
                     _j.dump({"calls": n[0], "requests": n[1], "exec_ns": n[2], "gc": _ST}, fh)
 '''
 device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-with tempfile.TemporaryDirectory() as tmp:
-    repo, models, data = wrapped_beside_native(tmp, device, WRAP)
-    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-        for m in models:
-            measure(server, m, data[m], 300, 0.0, 1500)
-        base = {}
-        for m in models:  # the warm-up's sums, taken off the rounds'
-            try:
-                with open(os.path.join(tmp, m + ".phases.json")) as fh:
-                    base[m] = json.load(fh)
-            except OSError:
-                base[m] = {"calls": 0, "requests": 0, "exec_ns": 0, "gc": {}}
-        for r in range(rounds):
-            for m in (models if r % 2 == 0 else models[::-1]):
-                row = measure(server, m, data[m], rate, 0.8, ms,
-                              concurrency=64 if rate == 0 else 0)
-                print(f"round {r} {m}: {row.throughput} req/s, {row.per_call:.1f}/call, "
-                      f"stub {row.stub_us:.1f} us/req", flush=True)
-    for m in models:
-        with open(os.path.join(tmp, m + ".phases.json")) as fh:
-            d = json.load(fh)
-        b = base[m]
-        req, calls = d["requests"] - b["requests"], d["calls"] - b["calls"]
-        print(f"== {m}: {calls} calls {req} req ({req / calls:.1f}/call); execute "
-              f"{(d['exec_ns'] - b['exec_ns']) / req / 1000:.1f} us/req")
-        for g, (ns, rows) in sorted(d["gc"].items()):
-            ns0, rows0 = b.get("gc", {}).get(g, [0, 0])
-            print(f"   {g}: {(ns - ns0) / max(rows - rows0, 1) / 1000:.2f} us a row, "
-                  f"rows {rows - rows0}")
+for m, d, b, req in alternated_sums(device, WRAP, ms, rounds, rate, "gc"):
+    for g, (ns, rows) in sorted(d["gc"].items()):
+        ns0, rows0 = b.get("gc", {}).get(g, [0, 0])
+        print(f"   {g}: {(ns - ns0) / max(rows - rows0, 1) / 1000:.2f} us a row, "
+              f"rows {rows - rows0}")

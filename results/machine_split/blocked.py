@@ -15,7 +15,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.hold_speed import measure, wrapped_beside_native  # noqa: E402
+from benchmarks.hold_speed import measure  # noqa: E402
+from benchmarks.live_probe import wrapped_beside_native  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
 # Appended to each model.py. Sums over the sampled calls (every 4th): calls, requests,

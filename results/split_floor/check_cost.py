@@ -12,7 +12,6 @@ that commit's code. From the repository root:
 """
 import os
 import sys
-import time
 from collections import defaultdict
 
 sys.path.insert(0, os.getcwd())
@@ -26,23 +25,9 @@ cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm",
 spent: dict[str, list] = defaultdict(lambda: [0.0, 0])
 
 
-def timed(owner, name: str) -> None:
-    inner = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.thread_time()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            row = spent[name]
-            row[0] += time.thread_time() - start
-            row[1] += 1
-    setattr(owner, name, wrapper)
-
-
-timed(as_handed.AsHandedRule, "launches_as_handed")
-timed(batch_plan, "_cheapest_split")
-timed(as_handed.AsHandedRule, "_emergency_forms_whole")
+cp.thread_timed(as_handed.AsHandedRule, "launches_as_handed", spent)
+cp.thread_timed(batch_plan, "_cheapest_split", spent)
+cp.thread_timed(as_handed.AsHandedRule, "_emergency_forms_whole", spent)
 per_call, n_calls = int(sys.argv[1]), int(sys.argv[2])
 model = cp.explicit_model()
 cp.measure(model, cp.calls(300, per_call, True), False)  # warm-up

@@ -45,19 +45,7 @@ PARTS = {  # module: the functions timed with --parts
     "scheduler_core.scheduler": ["Scheduler.submit_all"],
     "scheduler_core.controller": ["Controller.tick"],
 }
-spent: dict[str, float] = defaultdict(float)
-
-
-def timed(owner, name: str, label: str) -> None:
-    inner = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.thread_time()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            spent[label] += time.thread_time() - start
-    setattr(owner, name, wrapper)
+spent: dict[str, list] = defaultdict(lambda: [0.0, 0])
 
 
 if "--parts" in sys.argv:
@@ -66,7 +54,8 @@ if "--parts" in sys.argv:
         module = importlib.import_module(module_name)
         for label in names:
             owner, _, name = label.rpartition(".")
-            timed(getattr(module, owner) if owner else module, name, label)
+            cp.thread_timed(getattr(module, owner) if owner else module, name, spent,
+                            label)
 model = cp.explicit_model() if which == "explicit" else cp.native_model()
 with_sla = which == "explicit"
 cp.measure(model, cp.calls(100, per_call, with_sla), False)  # warm-up
@@ -84,7 +73,7 @@ for label, read in (("warm", False), ("cold", True)):
     print(f"{which}, calls of {per_call}: {cpu * 1e6 / (n_calls * per_call):.1f} us of "
           f"thread CPU a request ({label})")
     if label == "warm" and spent:
-        for part, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        for part, (seconds, _) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
             print(f"  {part}: {seconds * 1e6 / (n_calls * per_call):.2f} us a request")
 profiler = cProfile.Profile()
 profiler.enable()

@@ -9,14 +9,11 @@ alternated. From the repository root:
 
     .venv/bin/python results/stub_cpu_split/live_phases.py DEVICE MS ROUNDS RATE
 """
-import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.hold_speed import measure, wrapped_beside_native  # noqa: E402
-from server_ops.launcher import TritonServer  # noqa: E402
+from benchmarks.live_probe import alternated_sums  # noqa: E402
 
 # Appended to each model.py: the functions of _SPECS wrapped to sum their own thread CPU,
 # and execute()'s, written every 100 calls.
@@ -120,32 +117,8 @@ class TritonPythonModel(_Model):
                     _j.dump({"calls": n[0], "requests": n[1], "exec_ns": n[2], "acc": _ACC}, fh)
 '''
 device, ms, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-with tempfile.TemporaryDirectory() as tmp:
-    repo, models, data = wrapped_beside_native(tmp, device, WRAP)
-    with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
-        for m in models:
-            measure(server, m, data[m], 300, 0.0, 1500)
-        base = {}
-        for m in models:  # the warm-up's sums, taken off the rounds'
-            try:
-                with open(os.path.join(tmp, m + ".phases.json")) as fh:
-                    base[m] = json.load(fh)
-            except OSError:
-                base[m] = {"calls": 0, "requests": 0, "exec_ns": 0, "acc": {}}
-        for r in range(rounds):
-            for m in (models if r % 2 == 0 else models[::-1]):
-                row = measure(server, m, data[m], rate, 0.8, ms,
-                              concurrency=64 if rate == 0 else 0)
-                print(f"round {r} {m}: {row.throughput} req/s, {row.per_call:.1f}/call, "
-                      f"stub {row.stub_us:.1f} us/req", flush=True)
-    for m in models:
-        with open(os.path.join(tmp, m + ".phases.json")) as fh:
-            d = json.load(fh)
-        b = base[m]
-        req, calls = d["requests"] - b["requests"], d["calls"] - b["calls"]
-        print(f"== {m}: {calls} calls {req} req ({req / calls:.1f}/call); execute "
-              f"{(d['exec_ns'] - b['exec_ns']) / req / 1000:.1f} us/req")
-        for k, (ns, n) in sorted(d["acc"].items(), key=lambda kv: -kv[1][0]):
-            ns0, n0 = b["acc"].get(k, [0, 0])
-            print(f"   {k:34s} {(ns - ns0) / req / 1000:7.2f} us/req  "
-                  f"{(ns - ns0) / max(n - n0, 1) / 1000:8.2f} us/call  n={n - n0}")
+for m, d, b, req in alternated_sums(device, WRAP, ms, rounds, rate, "acc"):
+    for k, (ns, n) in sorted(d["acc"].items(), key=lambda kv: -kv[1][0]):
+        ns0, n0 = b["acc"].get(k, [0, 0])
+        print(f"   {k:34s} {(ns - ns0) / req / 1000:7.2f} us/req  "
+              f"{(ns - ns0) / max(n - n0, 1) / 1000:8.2f} us/call  n={n - n0}")
