@@ -177,10 +177,12 @@ class StubSupervisor:
             except Exception as exc:  # keep watching whatever one round hit
                 self.log(f"supervisor: check failed: {type(exc).__name__}: {exc}")
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop watching; a round under way (a reload included) may finish for
+        ``timeout_s``."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,16 +12,21 @@ import time
 from benchmarks.loadgen import LoadGenerator, fixed_rate
 from benchmarks.procinfo import is_stub
 from server_ops.launcher import TritonServer
-from server_ops.supervisor import stub_pids
+from server_ops.supervisor import StubSupervisor, stub_pids
 from .fixtures import (CaseResult, Context, SEED, SLA_CLASSES_MS, STALL, STALL_AT_S,
                        STALL_CLIENT_TIMEOUT_S, STALL_FOR_S, STALL_RATE_RPS, STALL_RUN_S, Tally,
                        copy_explicit)
 from .servers import SERVER_ABORT_DOCUMENTED, health_after, server_abort_notes
 
+STALL_RELOAD_WAIT_S = 60.0  # a supervisor's reload under way, waited for before the check
+
 
 def case_stall(ctx: Context) -> CaseResult:
-    """SIGSTOP of a stub for STALL_FOR_S under light load, on a server of its own (Triton
-    2.51 aborts when a stub with work stalls > ~1 s: docs/reliability.md, "Stub crashes and stalls")."""
+    """SIGSTOP of a stub for STALL_FOR_S under light load, on a server of its own, the stub
+    supervisor running. Triton 2.51 fails the calls in flight when a stub with work stalls
+    > ~1 s, and at SIGCONT the stub exits; the server then aborts, or survives with the
+    model failing every request until it is reloaded, which the supervisor does
+    (docs/reliability.md, "Stub crashes and stalls")."""
     name = f"stub SIGSTOP {STALL_FOR_S:g} s"
     if ctx.quick:
         return CaseResult(name, None, skipped="skipped in --quick (a server of its own)")
@@ -35,6 +40,8 @@ def case_stall(ctx: Context) -> CaseResult:
         "--model-control-mode=explicit", f"--load-model={STALL}"))
     stubs: set[int] = set()
     timers: list[threading.Timer] = []
+    sup_log: list[str] = []
+    supervisor = None
     events: dict[str, float] = {}
     server.start()
     try:
@@ -45,6 +52,8 @@ def case_stall(ctx: Context) -> CaseResult:
             case.tally = Tally()
             return case
         (stub,) = stubs
+        supervisor = StubSupervisor(server.process.pid, server.http_url, [STALL],
+                                    period_s=0.25, log=sup_log.append).start()
 
         def signal_at(t0: float, at_s: float, sig: int, key: str) -> None:
             def fire() -> None:
@@ -80,13 +89,17 @@ def case_stall(ctx: Context) -> CaseResult:
                          f"{STALL_CLIENT_TIMEOUT_S:g} s (no server answer)")
         if result.duplicates:
             fails.append(f"{result.duplicates} requests answered twice")
+        supervisor.stop(timeout_s=STALL_RELOAD_WAIT_S)  # a reload under way ends first
         case.healthy = health_after(server, STALL)
+        notes.extend(sup_log)
         if died:
             case.documented = SERVER_ABORT_DOCUMENTED
             notes.extend(server_abort_notes(server))
         else:
             notes.append("tritonserver survived")
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         for t in timers:
             t.cancel()
         for pid in stubs:  # a stopped stub would hold the server's shutdown
