@@ -17,17 +17,16 @@ From the repository root:
         .venv/bin/python results/machine_split/machine_split.py DEVICE MS ROUNDS
 """
 import os
-import re
-import shutil
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
-from benchmarks.hold_speed import (NATIVE, add_variant, build_repo, find_stub,  # noqa: E402
-                                   measure, triton_stats)
+from benchmarks.hold_speed import (NATIVE, add_variant, find_stub, measure,  # noqa: E402
+                                   triton_stats)
+from benchmarks.live_probe import wrapped_beside_native  # noqa: E402
+from benchmarks.repository import copy_model, edit_model  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -134,42 +133,31 @@ def steady(samples: list, stubs: dict[int, str], server_pid: int) -> str:
             f" ({100 * idle / cores:.1f} % of {cores:.2f} cores)")
 
 
+def with_delay(delay_us: int):
+    """A config edit: Triton's batching delay at ``delay_us``."""
+    def edit(model) -> None:
+        model.dynamic_batching.max_queue_delay_microseconds = delay_us
+    return edit
+
+
 with tempfile.TemporaryDirectory() as tmp:
-    repo = os.path.join(tmp, "repo")
-    os.makedirs(repo)
-    build_repo(repo, [], device=device)
-    add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name=PLUGIN)
-    models = [PLUGIN, NATIVE]
+    repo, models, data = wrapped_beside_native(tmp, device, "", model=PLUGIN)
     delays = {NATIVE: os.environ.get("DELAY_US")}
     for delay in [v for v in os.environ.get("XDELAYS_US", "").split(",") if v]:
         name = f"x_delay{delay}"  # the plugin with Triton's batching delay on its hand-over
         add_variant(repo, {"control.infeasible_policy": "serve_late"}, device, name=name)
         models.append(name)
-        delays[name] = delay
+        data[name], delays[name] = data[PLUGIN], delay
     for model, delay in delays.items():
         if delay:
-            cfg = os.path.join(repo, model, "config.pbtxt")
-            with open(cfg) as fh:
-                text = fh.read()
-            text = re.sub(r"\s*max_queue_delay_microseconds:\s*\d+", "", text)
-            text = text.replace("dynamic_batching {", "dynamic_batching {\n  max_queue_delay_"
-                                f"microseconds: {int(delay)}", 1)
-            with open(cfg, "w") as fh:
-                fh.write(text)
+            edit_model(os.path.join(repo, model), edit=with_delay(int(delay)))
     for pad in [int(v) for v in os.environ.get("PAD_US", "").split(",") if v]:
         name = f"native_pad{pad}"  # native, its execute() made PAD us of CPU dearer a call
-        shutil.copytree(os.path.join(repo, NATIVE), os.path.join(repo, name))
-        cfg = os.path.join(repo, name, "config.pbtxt")
-        with open(cfg) as fh:
-            text = fh.read()
-        with open(cfg, "w") as fh:
-            fh.write(re.sub(r'name:\s*"[^"]*"', f'name: "{name}"', text, count=1))
-        with open(os.path.join(repo, name, "1", "model.py"), "a") as fh:
+        folder = copy_model(NATIVE, repo, name, source=repo)
+        with open(os.path.join(folder, "1", "model.py"), "a") as fh:
             fh.write(PAD.format(seconds=pad / 1e6))
         models.append(name)
-    sla = write_input_data(os.path.join(tmp, "sla.json"), mix_entries(SLA_CLASSES_MS, 2000))
-    mix = write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, 2000))
-    data = {m: sla if m.startswith("x_") else mix for m in models}
+        data[name] = data[NATIVE]
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
         sampler = Sampler(server)
         sampler.start()
