@@ -5,7 +5,7 @@ classes for explicit).
 
     .venv/bin/python scripts/stub_profile.py [--profile flat|h200_minilm|host_bound]
         [--rate 1200 | --concurrency 64] [--seconds 12] [--out PAGE] [--raw-dir DIR]
-        [--native]
+        [--lines] [--native]
 
 py-spy samples the stub's threads (``record --nonblocking --threads --function``, 400 Hz,
 raw stacks) from before perf_analyzer starts until it ends (it repeats its ``--seconds``
@@ -21,7 +21,8 @@ idle, but it still samples ``time.sleep``: the EMULATED device's sleep shows as
 (``EXPLICIT_BATCHING_CPROFILE_DIR``) inflates each stage about 3x; a sampler does not.
 ``--raw-dir`` keeps py-spy's stacks of every thread; ``--native`` samples C/C++ frames too,
 which py-spy does only by pausing the stub at each sample: that slows it, read the shares,
-not the rates.
+not the rates. ``--lines`` names each frame by the line it was on, not its function (the
+page's rows then are lines).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def main_thread(threads: dict[str, dict]) -> str | None:
 
 
 def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
-        tmp: str, raw_dir: str | None = None, native: bool = False) -> list[dict]:
+        tmp: str, raw_dir: str | None = None, native: bool = False,
+        lines: bool = False) -> list[dict]:
     out = []
     with shipped_beside_native(tmp, profile) as (server, models, data):
         pids = {m: find_stub(server.process.pid, m) for m in models}
@@ -95,7 +97,8 @@ def run(profile: str, rate: float, concurrency: int, seconds: int, py_spy: str,
             raw = os.path.join(tmp, f"{m}.raw")
             spy = subprocess.Popen(
                 [py_spy, "record", "--pid", str(pids[m]), "--rate", str(SAMPLE_HZ),
-                 "--format", "raw", "--function", "--threads", "-o", raw,
+                 "--format", "raw", *([] if lines else ["--function"]), "--threads",
+                 "-o", raw,
                  # py-spy reads native stacks only with the process paused at each sample
                  *(["--native"] if native else ["--nonblocking"])],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -173,12 +176,14 @@ def main() -> int:
     parser.add_argument("--native", action="store_true",
                         help="sample C/C++ frames too (py-spy --native)")
     parser.add_argument("--raw-dir", help="keep py-spy's raw stacks (one file per model) here")
+    parser.add_argument("--lines", action="store_true",
+                        help="frames by the line each was on, not by function (for --raw-dir)")
     args = parser.parse_args()
     if not args.py_spy:
         parser.error("py-spy is needed (pip install py-spy, or --py-spy PATH)")
     with tempfile.TemporaryDirectory(prefix="stub-profile-") as tmp:
         runs = run(args.profile, args.rate, args.concurrency, args.seconds, args.py_spy, tmp,
-                   args.raw_dir, args.native)
+                   args.raw_dir, args.native, args.lines)
     write_page(args.out, "\n".join(page(runs, args)))
     return 0
 

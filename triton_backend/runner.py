@@ -144,7 +144,7 @@ class Runner(LaunchFirst):
 
     @property
     def running(self) -> Step | None:
-        """The step whose batch is on the executor, or last was (``_run``)."""
+        """The step whose batch is on the executor (``_run``; None between batches)."""
         return self._running
 
     def decide_ahead(self, end_s: float) -> Ran | None:
@@ -215,8 +215,7 @@ class Runner(LaunchFirst):
         """Run ``step``'s batch and bracket it; every member ends answered. Returns when
         it started. An exception is counted and logged (``step_failed``), not raised."""
         batch: Sequence[QueuedRequest] = step.batch
-        started, finished, self._began, self._fed = now, False, False, batch
-        self._running = step
+        started, finished, self._began, self._fed, self._running = now, False, False, batch, step
         self.executor_s, self._device_free_s = 0.0, None
         try:
             batch = self._drop_cancelled(batch, now)
@@ -237,6 +236,7 @@ class Runner(LaunchFirst):
                             "scheduler loop failed while handling this request")
             if self._began and not finished:  # the batch never finished normally
                 self._finished(self._fed, started, ok=False)
+            self._fed, self._running = (), None  # nor its Triton requests kept past it
         return started
 
     def _hear_ended(self) -> None:

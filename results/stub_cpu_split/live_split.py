@@ -10,10 +10,13 @@ rotated round by round; each round's line ends with perf_analyzer's P50 and P99.
 VARIANT=KEY=VALUE adds the plugin with that parameter too
 (``x_variant``; with NO_FLUSH=1 its control metrics are never published); BASE=PATH
 adds the plugin as the checkout at PATH has it (``x_base``: its stub imports from PATH
-first). From the repository root:
+first); FREEZE=1 adds the plugin with ``gc.freeze()`` at the end of ``initialize``
+(``x_variant``), FREEZE=1 NOSLA=1 the plugin fed the mix without ``SLA_MS`` instead. Each
+round's line also gives the stub's garbage collections (``gc.callbacks``: time a request,
+collections per generation). From the repository root:
 
-    [RATE=1840] [POLICY=reject] [VARIANT=K=V [NO_FLUSH=1]] [BASE=PATH] \
-        .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
+    [RATE=1840] [POLICY=reject] [VARIANT=K=V [NO_FLUSH=1] | FREEZE=1 [NOSLA=1]] \
+        [BASE=PATH] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
 """
 import os
 import sys
@@ -26,13 +29,25 @@ from benchmarks.hold_speed import (NATIVE, add_checkout, add_variant, build_repo
 from benchmarks.procinfo import find_stub, thread_cpu_s  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
-# Appended to each model.py: execute()'s own thread CPU, summed, written every 50 calls.
+# Appended to each model.py: execute()'s own thread CPU and the stub's garbage collections,
+# summed, written every 50 calls.
 WRAPPER = '''
+FREEZE = {freeze}
 import time as _time
 _Model = TritonPythonModel
 class TritonPythonModel(_Model):
     def initialize(self, args):
-        self._spent = [0, 0, 0.0]  # calls, requests, execute()'s thread CPU (s)
+        import gc as _gc
+        self._spent = [0, 0, 0.0, 0.0, 0, 0, 0, 0]  # calls, requests, cpu, gc s, n0,n1,n2, collected
+        _t = [0.0]
+        def _cb(phase, info, _t=_t, spent=self._spent):
+            if phase == "start":
+                _t[0] = _time.perf_counter()
+            else:
+                spent[3] += _time.perf_counter() - _t[0]
+                spent[4 + info["generation"]] += 1
+                spent[7] += info["collected"]
+        _gc.callbacks.append(_cb)
         self._spent_path = {folder!r} + "/" + args["model_name"] + ".txt"
         return _Model.initialize(self, args)
     def execute(self, requests):
@@ -47,6 +62,7 @@ class TritonPythonModel(_Model):
                     fh.write(" ".join(map(str, spent)))
 '''
 PLUGIN, VARIANT, BASE = "x_new", "x_variant", "x_base"
+FREEZERS = {VARIANT} if os.environ.get("FREEZE") and not os.environ.get("NOSLA") else set()
 device, ms, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rate = float(os.environ.get("RATE", "0"))
 
@@ -56,7 +72,7 @@ def spent(folder: str, model: str) -> list[float]:
         with open(os.path.join(folder, model + ".txt")) as fh:
             return [float(v) for v in fh.read().split()]
     except OSError:
-        return [0.0, 0.0, 0.0]
+        return [0.0] * 8
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -70,18 +86,23 @@ with tempfile.TemporaryDirectory() as tmp:
         key, _, value = os.environ["VARIANT"].partition("=")
         add_variant(repo, {**policy, key: value}, device, name=VARIANT)
         models.insert(1, VARIANT)
+    if os.environ.get("FREEZE"):
+        add_variant(repo, policy, device, name=VARIANT)
+        models.insert(1, VARIANT)
     if os.environ.get("BASE"):  # the plugin as another checkout has it, in its own stub
         add_checkout(repo, os.environ["BASE"], BASE, policy, device)
         models.insert(1, BASE)
     for model in models:
         with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
-            fh.write(WRAPPER.format(folder=tmp))
+            fh.write(WRAPPER.format(folder=tmp, freeze=model in FREEZERS))
             if model == VARIANT and os.environ.get("NO_FLUSH"):  # the metrics never sent
                 fh.write("\nimport triton_backend.control_metrics as _cm\n"
                          "_cm.ControlMetrics.flush = lambda self, *a, **k: None\n")
     sla = write_input_data(os.path.join(tmp, "sla.json"), mix_entries(SLA_CLASSES_MS, 2000))
     data = {PLUGIN: sla, VARIANT: sla, BASE: sla,
             NATIVE: write_input_data(os.path.join(tmp, "mix.json"), mix_entries(None, 2000))}
+    if os.environ.get("NOSLA"):
+        data[VARIANT] = data[NATIVE]
     with TritonServer(repo, log_path=os.path.join(tmp, "server.log")) as server:
         for model in models:  # warm-up
             measure(server, model, data[model], 200, 0.0, 1500)
@@ -99,11 +120,12 @@ with tempfile.TemporaryDirectory() as tmp:
                 main = (after[str(stub)] - before[str(stub)]) * 1e6 / n
                 others = sum(v - before.get(t, 0.0) for t, v in after.items()
                              if t != str(stub)) * 1e6 / n
-                calls, requests, cpu = (a - b for a, b in zip(inside_after, inside_before))
+                calls, requests, cpu, gcs, g0, g1, g2, coll = (a - b for a, b in zip(inside_after, inside_before))
                 inside = cpu * 1e6 / max(requests, 1)
                 print(f"round {r + 1} {model}: {row.throughput:.0f} req/s, "
                       f"{row.per_call or 0:.1f} requests a call; CPU us a request: main "
                       f"thread {main:.1f} (inside execute() {inside:.1f}, outside "
                       f"{main - inside:.1f}), other threads {others:.1f}; execute() CPU "
                       f"{cpu * 1e3 / max(calls, 1):.2f} ms a call; P50 {row.p50_ms:.1f} ms, "
-                      f"P99 {row.p99_ms:.1f} ms", flush=True)
+                      f"P99 {row.p99_ms:.1f} ms; GC {gcs * 1e6 / max(requests, 1):.1f} us/req "
+                      f"(gen0 {g0:.0f}, gen1 {g1:.0f}, gen2 {g2:.0f}, collected {coll:.0f})", flush=True)

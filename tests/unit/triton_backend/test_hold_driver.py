@@ -5,9 +5,11 @@ timeline record per call, whose counts add up."""
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -456,6 +458,25 @@ def test_a_quiet_call_runs_as_handed_and_a_split_one_is_decided(adapter, pb_util
     assert decided[0] == 0 and decided[1] >= 2
     assert len(spy.computed) == 9
     assert model.scheduler.counts["batches"] == 3 and model.scheduler.counts["requests"] == 9
+
+
+def test_no_request_outlives_its_call_in_the_plugin(adapter, pb_utils):
+    """Once a call returned and Triton let its requests go, nothing of the plugin holds
+    one: not a decided call's last batch (the runner's), not a launched call's. A request
+    kept past its call is freed in a later one, cold, and holds its shared memory."""
+    model = adapter.model("hold", **{"scheduler.max_batch_size": "4"})
+    gone = []
+    for n, first in ((6, 200), (3, 100)):  # decided (two batches), then as handed over
+        requests = requests_of(pb_utils, n, first=first)
+        refs = [weakref.ref(r) for r in requests]
+        returned = model.execute(requests)
+        assert all(pb_utils.error_code(the_answer(pb_utils, r, returned, i)) is None
+                   for i, r in enumerate(requests))
+        del requests, returned
+        gc.collect()
+        gone.append(sum(ref() is None for ref in refs) == len(refs))
+    adapter.finalize(model)
+    assert gone == [True, True]
 
 
 def test_a_step_that_fails_on_the_as_handed_path_fails_its_batch_alone(adapter, pb_utils):
