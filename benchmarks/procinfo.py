@@ -4,6 +4,7 @@ stub that serves a model. Used by the reliability suite and ``make bench``."""
 from __future__ import annotations
 
 import os
+import resource
 
 from server_ops.supervisor import STUB_BINARY, stub_pids
 
@@ -67,6 +68,13 @@ def cpu_s(pid: int | None) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that ended and were waited
+    for (perf_analyzer's runs, say)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _start_ticks(pid: int) -> int:

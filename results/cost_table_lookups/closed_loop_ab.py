@@ -11,7 +11,6 @@ perf_analyzer (this process's children). Run from the repository root:
     .venv/bin/python results/cost_table_lookups/closed_loop_ab.py WORKTREE DEVICE ROUNDS MS
 """
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -19,15 +18,10 @@ import tempfile
 sys.path.insert(0, os.getcwd())
 from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
 from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
-from benchmarks.procinfo import cpu_s, find_stub  # noqa: E402
+from benchmarks.procinfo import children_cpu_s, cpu_s, find_stub  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
 tree, device, rounds, ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 with tempfile.TemporaryDirectory() as tmp:
