@@ -17,16 +17,12 @@ import tempfile
 sys.path.insert(0, os.getcwd())
 from benchmarks.bench_setup import SLA_CLASSES_MS, mix_entries, write_input_data  # noqa: E402
 from benchmarks.hold_speed import NATIVE, add_variant, build_repo, measure  # noqa: E402
-from benchmarks.procinfo import children_cpu_s, find_stub, thread_cpu_s  # noqa: E402
+from benchmarks.procinfo import children_cpu_s, cpu_s, find_stub  # noqa: E402
 from server_ops.launcher import TritonServer  # noqa: E402
 
 PLUGIN = "x_new"
 ms, rounds = int(sys.argv[1]), int(sys.argv[2])
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    return sum(thread_cpu_s(pid).values())
 
 
 def idle_s() -> float:
@@ -51,11 +47,9 @@ with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for model in models[r % 2:] + models[:r % 2]:
                 stub = find_stub(server_pid, model)
-                before = (process_cpu_s(stub), process_cpu_s(server_pid), children_cpu_s(),
-                          idle_s())
+                before = cpu_s(stub), cpu_s(server_pid), children_cpu_s(), idle_s()
                 row = measure(server, model, data[model], 0.0, None, ms, concurrency=64)
-                after = (process_cpu_s(stub), process_cpu_s(server_pid), children_cpu_s(),
-                         idle_s())
+                after = cpu_s(stub), cpu_s(server_pid), children_cpu_s(), idle_s()
                 n = row.answered or 1
                 stub_us, triton_us, pa_us, idle_us = ((a - b) * 1e6 / n
                                                       for a, b in zip(after, before))

@@ -10,12 +10,12 @@ rotated round by round; each round's line ends with perf_analyzer's P50 and P99.
 VARIANT=KEY=VALUE adds the plugin with that parameter too
 (``x_variant``; with NO_FLUSH=1 its control metrics are never published); BASE=PATH
 adds the plugin as the checkout at PATH has it (``x_base``: its stub imports from PATH
-first); FREEZE=1 adds the plugin with ``gc.freeze()`` at the end of ``initialize``
-(``x_variant``), FREEZE=1 NOSLA=1 the plugin fed the mix without ``SLA_MS`` instead. Each
-round's line also gives the stub's garbage collections (``gc.callbacks``: time a request,
-collections per generation). From the repository root:
+first). FREEZE=1 makes ``x_variant`` call ``gc.freeze()`` at the end of ``initialize``;
+NOSLA=1 feeds ``x_variant`` the mix without ``SLA_MS`` (either adds ``x_variant`` where
+VARIANT does not). Each round's line also gives the stub's garbage collections
+(``gc.callbacks``: time a request, collections per generation). From the repository root:
 
-    [RATE=1840] [POLICY=reject] [VARIANT=K=V [NO_FLUSH=1] | FREEZE=1 [NOSLA=1]] \
+    [RATE=1840] [POLICY=reject] [VARIANT=K=V] [NO_FLUSH=1] [FREEZE=1] [NOSLA=1] \
         [BASE=PATH] .venv/bin/python results/stub_cpu_split/live_split.py DEVICE MS ROUNDS
 """
 import os
@@ -38,7 +38,9 @@ _Model = TritonPythonModel
 class TritonPythonModel(_Model):
     def initialize(self, args):
         import gc as _gc
-        self._spent = [0, 0, 0.0, 0.0, 0, 0, 0, 0]  # calls, requests, cpu, gc s, n0,n1,n2, collected
+        # calls, requests, execute()'s thread CPU (s), collections' time (s), collections
+        # of generation 0, 1, 2, objects collected
+        self._spent = [0, 0, 0.0, 0.0, 0, 0, 0, 0]
         _t = [0.0]
         def _cb(phase, info, _t=_t, spent=self._spent):
             if phase == "start":
@@ -62,7 +64,6 @@ class TritonPythonModel(_Model):
                     fh.write(" ".join(map(str, spent)))
 '''
 PLUGIN, VARIANT, BASE = "x_new", "x_variant", "x_base"
-FREEZERS = {VARIANT} if os.environ.get("FREEZE") and not os.environ.get("NOSLA") else set()
 device, ms, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rate = float(os.environ.get("RATE", "0"))
 
@@ -82,19 +83,17 @@ with tempfile.TemporaryDirectory() as tmp:
     policy = {"control.infeasible_policy": os.environ.get("POLICY", "serve_late")}
     add_variant(repo, policy, device, name=PLUGIN)
     models = [PLUGIN, NATIVE]
-    if os.environ.get("VARIANT"):
-        key, _, value = os.environ["VARIANT"].partition("=")
-        add_variant(repo, {**policy, key: value}, device, name=VARIANT)
-        models.insert(1, VARIANT)
-    if os.environ.get("FREEZE"):
-        add_variant(repo, policy, device, name=VARIANT)
+    if any(os.environ.get(k) for k in ("VARIANT", "FREEZE", "NOSLA")):
+        key, _, value = os.environ.get("VARIANT", "").partition("=")
+        add_variant(repo, {**policy, key: value} if key else policy, device, name=VARIANT)
         models.insert(1, VARIANT)
     if os.environ.get("BASE"):  # the plugin as another checkout has it, in its own stub
         add_checkout(repo, os.environ["BASE"], BASE, policy, device)
         models.insert(1, BASE)
     for model in models:
         with open(os.path.join(repo, model, "1", "model.py"), "a") as fh:
-            fh.write(WRAPPER.format(folder=tmp, freeze=model in FREEZERS))
+            fh.write(WRAPPER.format(folder=tmp,
+                                    freeze=model == VARIANT and bool(os.environ.get("FREEZE"))))
             if model == VARIANT and os.environ.get("NO_FLUSH"):  # the metrics never sent
                 fh.write("\nimport triton_backend.control_metrics as _cm\n"
                          "_cm.ControlMetrics.flush = lambda self, *a, **k: None\n")
@@ -120,7 +119,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 main = (after[str(stub)] - before[str(stub)]) * 1e6 / n
                 others = sum(v - before.get(t, 0.0) for t, v in after.items()
                              if t != str(stub)) * 1e6 / n
-                calls, requests, cpu, gcs, g0, g1, g2, coll = (a - b for a, b in zip(inside_after, inside_before))
+                calls, requests, cpu, gcs, g0, g1, g2, coll = (
+                    a - b for a, b in zip(inside_after, inside_before))
                 inside = cpu * 1e6 / max(requests, 1)
                 print(f"round {r + 1} {model}: {row.throughput:.0f} req/s, "
                       f"{row.per_call or 0:.1f} requests a call; CPU us a request: main "
@@ -128,4 +128,5 @@ with tempfile.TemporaryDirectory() as tmp:
                       f"{main - inside:.1f}), other threads {others:.1f}; execute() CPU "
                       f"{cpu * 1e3 / max(calls, 1):.2f} ms a call; P50 {row.p50_ms:.1f} ms, "
                       f"P99 {row.p99_ms:.1f} ms; GC {gcs * 1e6 / max(requests, 1):.1f} us/req "
-                      f"(gen0 {g0:.0f}, gen1 {g1:.0f}, gen2 {g2:.0f}, collected {coll:.0f})", flush=True)
+                      f"(gen0 {g0:.0f}, gen1 {g1:.0f}, gen2 {g2:.0f}, collected {coll:.0f})",
+                      flush=True)

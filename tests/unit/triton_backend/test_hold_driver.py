@@ -474,7 +474,7 @@ def test_no_request_outlives_its_call_in_the_plugin(adapter, pb_utils):
                    for i, r in enumerate(requests))
         del requests, returned
         gc.collect()
-        gone.append(sum(ref() is None for ref in refs) == len(refs))
+        gone.append(all(ref() is None for ref in refs))
     adapter.finalize(model)
     assert gone == [True, True]
 
