@@ -2,7 +2,8 @@
 ``EXPLICIT_BATCHING_TIMELINE_DIR``, written by the explicit models and, for comparison, by
 native: the device idle while requests wait (the issue's figure), the gap before each
 hand-over per request it carries, the cost of an early send, and calls of equal size side
-by side, with the host time of each phase of a call (``phases``).
+by side, with the host time of each phase of a call (``phases``), and the CPU of a call
+by the path it took (``cpu_by_kind``).
 ``scripts/host_ledger.py --timeline DIR`` prints them; ``make bench``'s idle block
 (``bench_idle.py``) reports them.
 """
@@ -152,6 +153,57 @@ def phases_table(figures: dict[str, dict[int, dict]]) -> list[str]:
                    f"{fmt_num(c['decide'], '.0f')} | {c['around']:.0f} | {c['after']:.0f}"))
 
 
+def call_kind(record: dict) -> str:
+    """Which path a call took: native's one batch, intake hold's launch first, or a
+    decided call by its batches (an explicit call whose batches all were refused: none)."""
+    batches = record["batches"]
+    if any(b[5] == "native" for b in batches):
+        return "native"
+    if record.get("launched_first"):
+        return "launched first"
+    ran = sum(1 for b in batches if b[0])
+    return "decided, " + ("no batch" if not ran else "1 batch" if ran == 1
+                          else f"{min(ran, 3)}{'+' if ran > 3 else ''} batches")
+
+
+CPU_FIT_MIN_CALLS = 50  # a call kind is fitted with this many calls or more
+
+
+def cpu_by_kind(records: list[dict]) -> dict[str, dict]:
+    """The CPU of the ``execute()`` thread per call (``cpu_s``: records since the timeline
+    carries it), by ``call_kind``: calls, requests a call, CPU per request, and a least
+    squares line through (requests, CPU) of each call: what a call costs whatever its
+    size (``fixed_us``) and what each request adds (``per_request_us``); None where the
+    kind has fewer than CPU_FIT_MIN_CALLS calls or one size only. Calls of one model
+    compare by kind, and the line says whether a gap is per call or per request."""
+    cells: dict[str, list[tuple[int, float]]] = {}
+    for r in records:
+        if "cpu_s" in r and r["requests"]:
+            cells.setdefault(call_kind(r), []).append((r["requests"], 1e6 * r["cpu_s"]))
+    out = {}
+    for kind, rows in sorted(cells.items()):
+        sizes, cpu = (np.array(c, dtype=float) for c in zip(*rows))
+        fitted = len(rows) >= CPU_FIT_MIN_CALLS and len(set(sizes)) > 1
+        per_request, fixed = np.polyfit(sizes, cpu, 1) if fitted else (None, None)
+        out[kind] = {"calls": len(rows), "requests_per_call": float(sizes.mean()),
+                     "cpu_us_per_request": float(cpu.sum() / sizes.sum()),
+                     "fixed_us": None if fixed is None else float(fixed),
+                     "per_request_us": None if per_request is None else float(per_request)}
+    return out
+
+
+def cpu_table(figures: dict[str, dict[str, dict]]) -> list[str]:
+    """``cpu_by_kind`` of each model, one row per model and call kind."""
+    lines = ["| model | call kind | calls | requests per call | CPU per request (us) | "
+             "fit: per call (us) | fit: per request (us) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for model, kinds in figures.items():
+        lines += [f"| {model} | {kind} | {c['calls']} | {c['requests_per_call']:.1f} | "
+                  f"{c['cpu_us_per_request']:.1f} | {fmt_num(c['fixed_us'], '.0f')} | "
+                  f"{fmt_num(c['per_request_us'], '.1f')} |" for kind, c in kinds.items()]
+    return lines
+
+
 def _hand_over(record: dict, previous: dict, gap: float) -> bool:
     """Whether ``record``'s call carried requests that queued in Triton during the
     previous call. Native records no hand-over flag: a call that starts within the
@@ -221,4 +273,6 @@ def timeline_table(folder: str) -> list[str]:
                for name in sorted(os.listdir(folder)) if name.endswith(".timeline.jsonl")}
     return lines + ["", *by_size_table({m: by_size(r) for m, r in records.items()}),
                     "", "Host time per call phase, medians (us):", "",
-                    *phases_table({m: phases(r) for m, r in records.items()})]
+                    *phases_table({m: phases(r) for m, r in records.items()}),
+                    "", "The execute() thread's CPU per call, by call kind:", "",
+                    *cpu_table({m: cpu_by_kind(r) for m, r in records.items()})]

@@ -216,6 +216,30 @@ class RefitTable:
             self._memo[key] = value
         return value
 
+    def scan_ms(self, batch_size: int, length: int) -> float:
+        """``lookup_ms``, not memoised, in one function: a split scan
+        (``batch_plan.cheapest_split_ms``) prices a call's shapes once each, and most of
+        them miss the memo (a call's lengths are its own). ``_bilinear``'s float
+        operations, written out for whole positions the segments keep; any other shape
+        is looked up."""
+        along_b, along_n = self._on_b.get(batch_size), self._on_n.get(length)
+        ms = self._ms
+        if along_b is None or along_n is None or len(ms) < 2 or len(ms[0]) < 2:
+            return self.lookup_ms(batch_size, length)
+        (i, tb), (j, tn) = along_b, along_n
+        row = ms[i]
+        v0, v1 = row[j], row[j + 1]
+        lo = v0 + (v1 - v0) * tn
+        if tn > 1.0 and lo < v1:
+            lo = v1
+        row = ms[i + 1]
+        v0, v1 = row[j], row[j + 1]
+        hi = v0 + (v1 - v0) * tn
+        if tn > 1.0 and hi < v1:
+            hi = v1
+        value = lo + (hi - lo) * tb
+        return hi if tb > 1.0 and value < hi else value
+
     def _segments_at(self, batch_size: float, length: float
                      ) -> tuple[tuple[int, float], tuple[int, float]]:
         """Both axes' ``_segment`` of a shape: kept for whole positions, searched

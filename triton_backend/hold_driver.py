@@ -48,8 +48,8 @@ Invariants:
 
 The driver holds no scheduling logic: ``runner.Runner`` carries out the engine's steps
 (``scheduler_core/engine.py``), ``decode.decode_call`` decodes, and the call's answers
-are its ``answers.CallList``. Every call leaves one ``CallRecord`` on the ``Timeline`` (what the call did and how long
-each part took); ``timeline.py`` writes it out for ``scripts/host_ledger.py``.
+are its ``answers.CallList``. Every call leaves one ``CallRecord`` on the ``Timeline``
+(what it did, how long each part took, its CPU) for ``scripts/host_ledger.py``.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class HoldDriver:
     def execute(self, requests: Sequence) -> list:
         """One ``execute()`` call: its answers, one per request (``None`` where an answer
         was sent early)."""
-        runner = self.runner
+        cpu_s, runner = time.thread_time(), self.runner  # the record's cpu_s
         if self.waker is not None:
             self.waker.call_started()
         now = self._clock()
@@ -178,6 +178,7 @@ class HoldDriver:
         self.intake.call_returned(now, done, len(requests))
         record.wakes = self.last_wakes = call.wakes
         self.early_sends += answers.early_sends
+        record.cpu_s = time.thread_time() - cpu_s
         self.timeline.end(record, done)
         runner.log.maybe_stats(done)
         if self.waker is not None:

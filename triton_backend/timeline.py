@@ -3,9 +3,10 @@
 A record says where the call's time went: the gap since the previous call returned, the
 hand-over (how many requests, whether they queued in Triton during the previous call, the
 arrival date the plugin gave them), decoding, each batch (size, refusals, start, end, the
-estimate it was formed on), the answers sent early, and the return. Totals are kept
-always (``summary()``, the unload log line); the records themselves are written only
-when the environment variable ``TIMELINE_ENV`` names a folder: as JSON lines to
+estimate it was formed on), the answers sent early, the return, and the CPU the call's
+thread spent (its wall time also holds the device's waits and other processes' turns).
+Totals are kept always (``summary()``, the unload log line); the records themselves are
+written only when the environment variable ``TIMELINE_ENV`` names a folder: as JSON lines to
 ``<folder>/<model>.timeline.jsonl``, in blocks of ``FLUSH_EVERY`` calls and at unload.
 ``scripts/host_ledger.py --timeline`` reads them.
 
@@ -41,6 +42,7 @@ class CallRecord:
     early_sends: int = 0
     wakes: int = 0
     return_s: float = 0.0
+    cpu_s: float = 0.0  # the call's own thread CPU (``time.thread_time``), start to return
 
     def batch(self, size: int, refused: int, started: float, ended: float,
               estimated_ms: float, former: str, executor_s: float = 0.0) -> None:
@@ -67,7 +69,7 @@ class Timeline:
         self._pending: list[CallRecord] = []
         self._last_return: float | None = None
         self.totals = {"calls": 0, "requests": 0, "batches": 0, "refused": 0,
-                       "early_sends": 0, "call_s": 0.0, "device_s": 0.0,
+                       "early_sends": 0, "call_s": 0.0, "cpu_s": 0.0, "device_s": 0.0,
                        "handed_over_gap_s": 0.0}
         if self.path:
             os.makedirs(folder, exist_ok=True)
@@ -90,6 +92,7 @@ class Timeline:
                 t["device_s"] += ended - started
         t["early_sends"] += record.early_sends
         t["call_s"] += now - record.start_s
+        t["cpu_s"] += record.cpu_s
         if record.handed_over and record.gap_s is not None:
             t["handed_over_gap_s"] += record.gap_s
         if self.path:
@@ -111,7 +114,8 @@ class Timeline:
         calls = max(1, t["calls"])
         return (f" hold: calls={t['calls']} requests_per_call={t['requests'] / calls:.1f} "
                 f"batches_per_call={t['batches'] / calls:.2f} call_ms_mean="
-                f"{1000 * t['call_s'] / calls:.2f} device_ms_mean="
+                f"{1000 * t['call_s'] / calls:.2f} cpu_ms_mean="
+                f"{1000 * t['cpu_s'] / calls:.3f} device_ms_mean="
                 f"{1000 * t['device_s'] / calls:.2f} refused={t['refused']} "
                 f"early_sends={t['early_sends']} handed_over_gap_ms_total="
                 f"{1000 * t['handed_over_gap_s']:.0f}")

@@ -89,3 +89,41 @@ def test_a_calls_phases_add_up_to_its_host_time_and_split_at_its_decoding():
     assert tf.phases(explicit[:-1]) == {}  # one call short of a row
     assert "| 2 | explicit |" in "\n".join(tf.phases_table({"explicit": tf.phases(explicit),
                                                             "native": tf.phases(native)}))
+
+
+def _cpu_call(requests: int, cpu_us: float, batches: list, launched: bool = False) -> dict:
+    """A record of ``requests`` whose ``execute()`` thread spent ``cpu_us``; ``batches``:
+    (size, former) each."""
+    return {"start_s": 0.0, "requests": requests, "launched_first": launched,
+            "batches": [[n, 0, 0.0, 0.001, 0.0, former, 0.001] for n, former in batches],
+            "return_s": 0.002, "cpu_s": cpu_us / 1e6}
+
+
+def test_a_calls_cpu_is_split_by_its_path_into_a_cost_per_call_and_per_request():
+    """Native's calls cost 100 us + 50 us a request, launched calls 300 us + 50, decided
+    calls of two batches 900 us + 55: each kind's line reads back its own costs; a kind
+    with too few calls gets no line, and records from before the timeline carried the
+    CPU count in none."""
+    records = {"native": [], "explicit": []}
+    for k in range(tf.CPU_FIT_MIN_CALLS * 2):
+        n = 10 + k % 30
+        records["native"].append(_cpu_call(n, 100 + 50 * n, [(n, "native")]))
+        records["explicit"].append(_cpu_call(n, 300 + 50 * n, [(n, "as_handed")], True))
+        records["explicit"].append(_cpu_call(n, 900 + 55 * n, [(n - 5, "length_aware"),
+                                                               (5, "length_aware")]))
+    records["explicit"] += [_cpu_call(8, 700.0, [(8, "length_aware")])] * 3
+    figures = {m: tf.cpu_by_kind(r) for m, r in records.items()}
+    assert set(figures["explicit"]) == {"launched first", "decided, 2 batches",
+                                        "decided, 1 batch"}
+    for model, kind, fixed, per_request in (("native", "native", 100, 50),
+                                            ("explicit", "launched first", 300, 50),
+                                            ("explicit", "decided, 2 batches", 900, 55)):
+        cell = figures[model][kind]
+        assert cell["fixed_us"] == pytest.approx(fixed, rel=1e-6)
+        assert cell["per_request_us"] == pytest.approx(per_request, rel=1e-6)
+        assert cell["calls"] == tf.CPU_FIT_MIN_CALLS * 2
+    alone = figures["explicit"]["decided, 1 batch"]
+    assert alone["fixed_us"] is None and alone["cpu_us_per_request"] == pytest.approx(87.5)
+    old = [{k: v for k, v in r.items() if k != "cpu_s"} for r in records["native"]]
+    assert tf.cpu_by_kind(old) == {}
+    assert len(tf.cpu_table(figures)) == 2 + 4

@@ -319,7 +319,8 @@ def test_with_a_long_call_ahead_a_finished_batchs_answers_go_early(adapter, pb_u
 
 def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_path):
     """One record per call; the calls' requests add up to what was sent; a record's
-    batches add up to its valid requests."""
+    batches add up to its valid requests; each call's thread spent CPU, which the totals
+    add up."""
     monkeypatch.setenv(timeline_module.TIMELINE_ENV, str(tmp_path / "tl"))
     model = adapter.model("hold")
     sizes = [3, 1, 6]
@@ -335,6 +336,9 @@ def test_the_timeline_records_every_call(adapter, pb_utils, monkeypatch, tmp_pat
     assert all(r["start_s"] <= r["decoded_s"] <= r["return_s"] for r in records)
     assert records[0]["gap_s"] is None and all(r["gap_s"] >= 0 for r in records[1:])
     assert model.driver.timeline.totals["requests"] == sent
+    assert all(r["cpu_s"] > 0 for r in records)
+    assert model.driver.timeline.totals["cpu_s"] == pytest.approx(sum(r["cpu_s"]
+                                                                      for r in records))
 
 
 @pytest.mark.parametrize("ahead", [False, True])
