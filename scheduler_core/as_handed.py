@@ -287,7 +287,8 @@ class AsHandedRule:
         decay, unit = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms
         if not (0.0 < decay < 1.0 and unit > 0.0):
             return False
-        alone_ms = max(self._estimates(length)[0] for length in distinct)  # memoised
+        alone_ms = (max(self._estimates(length)[0] for length in distinct)  # memoised
+                    if est.table is None else est.table.alone_max_ms(distinct) * est.time_scale)
         slack_ms = (first_deadline_s - now_s) * 1000.0 - alone_ms * est.correction
         if slack_ms < 0.0:
             return False

@@ -240,6 +240,28 @@ class RefitTable:
         value = lo + (hi - lo) * tb
         return hi if tb > 1.0 and value < hi else value
 
+    def alone_max_ms(self, lengths) -> float:
+        """The largest ``lookup_ms(1, n)`` of ``lengths`` (whole, not empty), in one loop:
+        a batch of one is the first row (the batch sizes' segment of 1 is the row's own
+        at fraction 0), so each is the first row's ``_bilinear`` step along the length,
+        the same float operations; lengths the segments do not keep are looked up."""
+        row, on_n, best = self._ms[0], self._on_n, -math.inf
+        if len(row) < 2:
+            return max(self.lookup_ms(1, n) for n in lengths)
+        for n in lengths:
+            along = on_n.get(n)
+            if along is None:
+                value = self.lookup_ms(1, n)
+            else:
+                j, tn = along
+                v0, v1 = row[j], row[j + 1]
+                value = v0 + (v1 - v0) * tn
+                if tn > 1.0 and value < v1:
+                    value = v1
+            if value > best:
+                best = value
+        return best
+
     def _segments_at(self, batch_size: float, length: float
                      ) -> tuple[tuple[int, float], tuple[int, float]]:
         """Both axes' ``_segment`` of a shape: kept for whole positions, searched

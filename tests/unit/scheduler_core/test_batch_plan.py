@@ -209,3 +209,19 @@ def test_the_cheapest_split_in_two_is_the_cheapest_prefix_split_found_by_trying_
         k = next(k for total, k in cheaper if total == min(cheaper)[0])
         assert split == (k, first_ms[k], est.estimate_parts_ms(n - k, longest, 0, 0))
         assert lengths[k - 1] < lengths[k]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(obs=observations, lengths=st.lists(st.integers(1, 20000), min_size=1, max_size=60),
+       rows=st.sampled_from([H200_ROWS, STEEP_ROWS, ((1, 64, 2.0), (8, 64, 3.0))]),
+       mode=st.sampled_from(["padded", "ragged"]))
+def test_the_dearest_lone_run_is_the_largest_lookup_of_one_float_for_float(obs, lengths,
+                                                                          rows, mode):
+    """``RefitTable.alone_max_ms`` (the danger zone's as-handed check prices the dearest
+    lone run of a hand-over with it): after any refits, inside, below and past the grid
+    and past the kept segments, exactly the largest of the estimator's lone runs."""
+    est = CostEstimator(CostModelConfig(table=rows), mode, 0.5)
+    for b, n, ms in obs:
+        est.observe([n] * b, ms)
+    assert (est.table.alone_max_ms(set(lengths)) * est.time_scale
+            == max(est.base_uniform_ms(1, n) for n in lengths))
