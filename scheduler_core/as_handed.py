@@ -287,8 +287,7 @@ class AsHandedRule:
         decay, unit = ctl.urgency_decay_rate, ctl.urgency_slack_unit_ms
         if not (0.0 < decay < 1.0 and unit > 0.0):
             return False
-        alone_ms = (max(self._estimates(length)[0] for length in distinct)  # memoised
-                    if est.table is None else est.table.alone_max_ms(distinct) * est.time_scale)
+        alone_ms = est.base_alone_max_ms(distinct)
         slack_ms = (first_deadline_s - now_s) * 1000.0 - alone_ms * est.correction
         if slack_ms < 0.0:
             return False

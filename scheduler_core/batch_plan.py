@@ -118,11 +118,6 @@ def _cheapest_split(estimator: CostEstimator, lengths: Sequence[int], whole_ms: 
     n = len(lengths)
     longest = lengths[-1]
     best_ms, best = whole_ms * (1.0 - 1e-9), None
-    table = estimator.table if estimator.cost_mode != "ragged" else None
-    # A padded table's estimate of a shape is its lookup, time-scaled, then corrected
-    # (``CostEstimator.estimate_parts_ms``): priced here with the same float operations.
-    scan, scale, correction = (table.scan_ms, estimator.time_scale, estimator.correction
-                               ) if table is not None else (None, 0.0, 0.0)
     for k in range(1, n):
         length = lengths[k - 1]
         if length == longest:
@@ -131,12 +126,8 @@ def _cheapest_split(estimator: CostEstimator, lengths: Sequence[int], whole_ms: 
             continue  # a prefix ends where the lengths change
         if k * length > max_tokens or (n - k) * longest > max_tokens:
             continue  # not a plan of two batches
-        if scan is not None:
-            first = scan(k, length) * scale * correction
-            rest = scan(n - k, longest) * scale * correction
-        else:
-            first = estimator.estimate_parts_ms(k, length, 0, 0)
-            rest = estimator.estimate_parts_ms(n - k, longest, 0, 0)
+        first = estimator.scan_parts_ms(k, length)
+        rest = estimator.scan_parts_ms(n - k, longest)
         if first + rest + host_ms < best_ms and first <= first_cap_ms:
             best_ms, best = first + rest + host_ms, (k, first, rest)
     return best

@@ -139,6 +139,23 @@ class CostEstimator:
         """``estimate_ms`` from running totals (no list walk): the batch former's hot path."""
         return self.base_parts_ms(batch_size, longest, real_tokens, real_squared) * self.correction
 
+    def scan_parts_ms(self, batch_size: int, longest: int) -> float:
+        """``estimate_parts_ms(batch_size, longest, 0, 0)`` for a split scan
+        (``batch_plan.cheapest_split_ms``), which prices each shape of a call once: on a
+        padded table not memoised (``RefitTable.scan_ms``), time-scaled then corrected
+        as ``estimate_parts_ms`` is, the same float operations."""
+        if self.table is None or self.cost_mode == "ragged":
+            return self.estimate_parts_ms(batch_size, longest, 0, 0)
+        return self.table.scan_ms(batch_size, longest) * self.time_scale * self.correction
+
+    def base_alone_max_ms(self, lengths) -> float:
+        """The largest ``base_uniform_ms(1, n)`` of ``lengths`` (not empty): on a table
+        in one loop, not memoised (``RefitTable.alone_max_ms``), time-scaled as
+        ``base_parts_ms`` is."""
+        if self.table is None:
+            return max(self.base_uniform_ms(1, n) for n in lengths)
+        return self.table.alone_max_ms(lengths) * self.time_scale
+
     def uniform_ms(self, batch_size: int, length: int) -> float:
         """``estimate_parts_ms`` of ``batch_size`` requests of ``length`` tokens each."""
         return self.base_uniform_ms(batch_size, length) * self.correction

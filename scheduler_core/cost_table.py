@@ -217,47 +217,29 @@ class RefitTable:
         return value
 
     def scan_ms(self, batch_size: int, length: int) -> float:
-        """``lookup_ms``, not memoised, in one function: a split scan
-        (``batch_plan.cheapest_split_ms``) prices a call's shapes once each, and most of
-        them miss the memo (a call's lengths are its own). ``_bilinear``'s float
-        operations, written out for whole positions the segments keep; any other shape
-        is looked up."""
+        """``lookup_ms``, not memoised: a split scan (``batch_plan.cheapest_split_ms``)
+        prices a call's shapes once each, and most of them miss the memo (a call's
+        lengths are its own). ``_bilinear`` on the segments kept for whole positions; any
+        other shape is looked up."""
         along_b, along_n = self._on_b.get(batch_size), self._on_n.get(length)
-        ms = self._ms
-        if along_b is None or along_n is None or len(ms) < 2 or len(ms[0]) < 2:
+        if along_b is None or along_n is None:
             return self.lookup_ms(batch_size, length)
-        (i, tb), (j, tn) = along_b, along_n
-        row = ms[i]
-        v0, v1 = row[j], row[j + 1]
-        lo = v0 + (v1 - v0) * tn
-        if tn > 1.0 and lo < v1:
-            lo = v1
-        row = ms[i + 1]
-        v0, v1 = row[j], row[j + 1]
-        hi = v0 + (v1 - v0) * tn
-        if tn > 1.0 and hi < v1:
-            hi = v1
-        value = lo + (hi - lo) * tb
-        return hi if tb > 1.0 and value < hi else value
+        return _bilinear(self._ms, along_b, along_n)
 
     def alone_max_ms(self, lengths) -> float:
-        """The largest ``lookup_ms(1, n)`` of ``lengths`` (whole, not empty), in one loop:
-        a batch of one is the first row (the batch sizes' segment of 1 is the row's own
-        at fraction 0), so each is the first row's ``_bilinear`` step along the length,
-        the same float operations; lengths the segments do not keep are looked up."""
-        row, on_n, best = self._ms[0], self._on_n, -math.inf
+        """The largest ``lookup_ms(1, n)`` of ``lengths`` (whole, not empty), not
+        memoised: a batch of one is the first row (the batch sizes' segment of 1 is the
+        row's own at fraction 0), so each is that row's ``_along`` step along the length,
+        the same float operations as ``_bilinear``'s; lengths the segments do not keep
+        are looked up."""
+        row, on_n = self._ms[0], self._on_n
         if len(row) < 2:
             return max(self.lookup_ms(1, n) for n in lengths)
+        best = -math.inf
         for n in lengths:
             along = on_n.get(n)
-            if along is None:
-                value = self.lookup_ms(1, n)
-            else:
-                j, tn = along
-                v0, v1 = row[j], row[j + 1]
-                value = v0 + (v1 - v0) * tn
-                if tn > 1.0 and value < v1:
-                    value = v1
+            value = (self.lookup_ms(1, n) if along is None
+                     else _along(row[along[0]], row[along[0] + 1], along[1]))
             if value > best:
                 best = value
         return best

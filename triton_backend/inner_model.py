@@ -51,9 +51,9 @@ class InnerModel:
     def execute(self, requests):
         """One batch per call: every valid request's rows together; an invalid request is
         answered INVALID_ARG and the rest still run."""
-        cpu_s = time.thread_time()  # the record's cpu_s
         record = (self.timeline.begin(time.monotonic(), len(requests))
                   if self.timeline is not None else None)
+        cpu_s = time.thread_time() if record is not None else 0.0  # the record's cpu_s
         responses: list[Any] = [None] * len(requests)
         sequences: list[np.ndarray] = []
         owners: list[tuple[int, int]] = []  # (request index, number of rows)

@@ -9,37 +9,59 @@ measures that commit. From the repository root:
 
     [TS=1] .venv/bin/python results/stub_cpu_per_call/cold_waits.py PER_CALL CALLS
 """
-import os, sys, time, collections
+import collections
+import os
+import sys
+import time
+
 sys.path.insert(0, os.getcwd())
-import numpy as np
-import benchmarks.call_path as cp
-per_call, rounds = int(sys.argv[1]), int(sys.argv[2])
+import numpy as np  # noqa: E402
+
+import benchmarks.call_path as cp  # noqa: E402
+import triton_backend.executors as executors  # noqa: E402
+
+per_call, calls = int(sys.argv[1]), int(sys.argv[2])
 cp.PARAMS = {"sidecar": "off", "hardware_profile": "h200_minilm",
              "time_scale": os.environ.get("TS", "1"), "control.infeasible_policy": "serve_late"}
-import triton_backend.executors as ex
 evict = np.ones(16 * 2**20 // 8)
-spent = [0.0]
-real_sleep = time.sleep
-class T:
-    def __getattr__(self, k): return getattr(time, k)
-    @staticmethod
-    def sleep(s):
-        t = time.thread_time(); evict.sum(); spent[0] += time.thread_time() - t
-        real_sleep(s)
-ex.time = T()
-m = cp.explicit_model()
-work = cp.calls(rounds, per_call, True)
-for b in work[:100]:
-    m.execute(b)
-tl = m.driver.timeline
-rows = collections.defaultdict(list)
-for b in work[100:]:
-    n0 = tl.totals["batches"]
-    spent[0] = 0.0
+evicting_s = [0.0]  # this call's eviction CPU, taken off its count
+
+
+def evict_caches() -> None:
+    start = time.thread_time()
     evict.sum()
-    s = time.thread_time(); m.execute(b); cpu = time.thread_time() - s - spent[0]
-    nb = tl.totals["batches"] - n0
-    rows[nb].append((len(b), cpu * 1e6))
-for k, r in sorted(rows.items()):
-    n = np.array([x[0] for x in r], float); c = np.array([x[1] for x in r])
-    print(f"batches {k}: {len(r)} calls, {c.mean():.0f} us/call, {c.sum()/n.sum():.1f} us/req")
+    evicting_s[0] += time.thread_time() - start
+
+
+class ColdTime:
+    """``time`` for the executors' module, whose sleeps first evict the caches."""
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        evict_caches()
+        time.sleep(seconds)
+
+
+executors.time = ColdTime()
+model = cp.explicit_model()
+work = cp.calls(calls, per_call, True)
+for batch in work[:100]:
+    model.execute(batch)
+totals = model.driver.timeline.totals
+by_batches = collections.defaultdict(list)  # batches a call ran -> (requests, CPU us)
+for batch in work[100:]:
+    batches = totals["batches"]
+    evict_caches()
+    evicting_s[0] = 0.0
+    start = time.thread_time()
+    model.execute(batch)
+    cpu_s = time.thread_time() - start - evicting_s[0]
+    by_batches[totals["batches"] - batches].append((len(batch), cpu_s * 1e6))
+for ran, rows in sorted(by_batches.items()):
+    requests = np.array([r[0] for r in rows], float)
+    cpu_us = np.array([r[1] for r in rows])
+    print(f"batches {ran}: {len(rows)} calls, {cpu_us.mean():.0f} us/call, "
+          f"{cpu_us.sum() / requests.sum():.1f} us/req")

@@ -213,15 +213,17 @@ def test_the_cheapest_split_in_two_is_the_cheapest_prefix_split_found_by_trying_
 
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(obs=observations, lengths=st.lists(st.integers(1, 20000), min_size=1, max_size=60),
-       rows=st.sampled_from([H200_ROWS, STEEP_ROWS, ((1, 64, 2.0), (8, 64, 3.0))]),
+       rows=st.sampled_from([None, H200_ROWS, STEEP_ROWS, ((1, 64, 2.0), (8, 64, 3.0))]),
        mode=st.sampled_from(["padded", "ragged"]))
 def test_the_dearest_lone_run_is_the_largest_lookup_of_one_float_for_float(obs, lengths,
                                                                           rows, mode):
-    """``RefitTable.alone_max_ms`` (the danger zone's as-handed check prices the dearest
-    lone run of a hand-over with it): after any refits, inside, below and past the grid
-    and past the kept segments, exactly the largest of the estimator's lone runs."""
-    est = CostEstimator(CostModelConfig(table=rows), mode, 0.5)
+    """``CostEstimator.base_alone_max_ms`` (the danger zone's as-handed check prices the
+    dearest lone run of a hand-over with it; on a table ``RefitTable.alone_max_ms``):
+    after any refits, inside, below and past the grid and past the kept segments, and on
+    the formula, exactly the largest of the estimator's lone runs."""
+    formula = CostModelConfig(fixed_ms=1.2, per_sequence_ms=0.02, per_token_ms=0.0065)
+    est = CostEstimator(formula if rows is None else CostModelConfig(table=rows), mode, 0.5)
     for b, n, ms in obs:
         est.observe([n] * b, ms)
-    assert (est.table.alone_max_ms(set(lengths)) * est.time_scale
+    assert (est.base_alone_max_ms(set(lengths))
             == max(est.base_uniform_ms(1, n) for n in lengths))
